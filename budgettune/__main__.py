@@ -1,0 +1,5 @@
+"""`python -m budgettune` runs the command line."""
+
+from budgettune.cli import main
+
+main()

@@ -1,0 +1,70 @@
+"""The command line: typer only. Each command lives in its own module of this package and calls
+one function of :mod:`budgettune.pipeline` (or of the stage it fronts); nothing below ``cli``
+imports typer or prints tables.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import typer
+from typer.core import TyperGroup
+
+from budgettune import __version__
+from budgettune.cli._common import console_err, print_error
+from budgettune.errors import BudgettuneError
+
+
+class _Group(TyperGroup):
+    """Turns budgettune's own errors into one line on stderr and their exit code, no traceback."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BudgettuneError as error:
+            print_error(error)
+            raise typer.Exit(error.exit_code) from None
+        except KeyboardInterrupt:
+            console_err.print("[yellow]interrupted[/yellow]")
+            raise typer.Exit(130) from None
+
+
+app = typer.Typer(
+    cls=_Group,
+    name="budgettune",
+    help="Pick the chunked-prefill token budget (vLLM --max-num-batched-tokens, SGLang "
+    "--chunked-prefill-size) that meets your p99 TBT and TTFT targets, measured on your traffic.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"budgettune {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """budgettune: measure, do not guess, the chunked-prefill token budget."""
+
+
+# Each module registers its commands on ``app`` when imported.
+from budgettune.cli import commands  # noqa: E402,F401
+
+
+def main() -> None:
+    """Console entry point (``budgettune``)."""
+    try:
+        app()
+    except BudgettuneError as error:  # raised outside a command (e.g. while parsing)
+        print_error(error)
+        sys.exit(error.exit_code)

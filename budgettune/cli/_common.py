@@ -1,0 +1,37 @@
+"""Shared CLI plumbing: consoles, the one-line error printer, option parsers with clear errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+
+from budgettune.errors import BudgettuneError, EngineError
+
+console = Console()
+console_err = Console(stderr=True)
+
+
+def print_error(error: BudgettuneError) -> None:
+    """One line ``error: ...`` (plus hint and, for engines, the log tail) on stderr."""
+    console_err.print(f"[bold red]error:[/bold red] {error}", markup=True, highlight=False)
+    if error.hint:
+        console_err.print(f"  hint: {error.hint}", highlight=False)
+    if isinstance(error, EngineError) and error.log_tail:
+        console_err.print("  last lines of the engine log:", highlight=False)
+        for line in error.log_tail.splitlines()[-20:]:
+            console_err.print(f"    {line}", markup=False, highlight=False)
+
+
+def print_json(document: Any) -> None:
+    """Write one JSON document to stdout (no rich markup, machine-readable)."""
+    sys.stdout.write(json.dumps(document, indent=2, allow_nan=False, default=_json_default) + "\n")
+    sys.stdout.flush()
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")

@@ -1,0 +1,3 @@
+"""Imports every command module so each registers itself on the app."""
+
+from budgettune.cli import roofline  # noqa: F401

@@ -1,0 +1,1 @@
+"""`budgettune roofline`: placeholder replaced below."""

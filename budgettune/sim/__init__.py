@@ -1,0 +1,1 @@
+"""The simulator: roofline step-time model, token-budget scheduler, discrete-event loop."""

@@ -1,0 +1,1 @@
+"""Traces: read request-length and arrival data, synthesize it, and turn it into a send schedule."""

@@ -1,0 +1,96 @@
+"""The send schedule: when each request goes out and how long its prompt and output are.
+
+Both the simulator and the live load generator consume a :class:`Schedule`; nothing downstream
+knows whether it came from a recorded trace or from synthetic arrivals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from budgettune.errors import SpecError
+from budgettune.trace.dists import LengthDist
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """Parallel arrays, sorted by ``target_s`` (seconds from run start, first request near 0).
+
+    prefix_group / prefix_tokens: requests of one group >= 0 share their first prefix_tokens
+    prompt tokens; -1 means no shared prefix.
+    """
+
+    target_s: FloatArray
+    prompt_tokens: IntArray
+    output_tokens: IntArray
+    prefix_group: IntArray | None = None
+    prefix_tokens: IntArray | None = None
+
+    def __len__(self) -> int:
+        return len(self.target_s)
+
+    @property
+    def rate_per_s(self) -> float:
+        """Mean arrival rate over the span (requests - 1) / span; inf for one request."""
+        if len(self) < 2:
+            return float("inf")
+        span = float(self.target_s[-1] - self.target_s[0])
+        return (len(self) - 1) / span if span > 0 else float("inf")
+
+
+def arrival_times_s(
+    rng: np.random.Generator,
+    n: int,
+    rate_per_s: float,
+    *,
+    process: str = "poisson",
+    burstiness: float = 1.0,
+) -> FloatArray:
+    """``n`` arrival times in seconds, the first at 0, mean gap 1 / rate.
+
+    ``gamma`` follows ``vllm bench serve --burstiness``: the gaps' gamma shape is ``burstiness``,
+    so 1 is Poisson, below 1 burstier (CV = 1 / sqrt(burstiness)), above 1 more regular.
+    """
+    if not rate_per_s > 0:
+        raise SpecError(f"--rate: must be positive, got {rate_per_s!r}")
+    if n <= 0:
+        return np.empty(0)
+    if process == "poisson":
+        gaps = rng.exponential(1.0 / rate_per_s, size=n)
+    elif process == "gamma":
+        if not burstiness > 0:
+            raise SpecError(f"--burstiness: must be positive, got {burstiness!r}")
+        shape = burstiness
+        gaps = rng.gamma(shape, 1.0 / (rate_per_s * shape), size=n)
+    else:
+        raise SpecError(f"--arrivals: unknown arrival process {process!r}; use poisson or gamma")
+    gaps[0] = 0.0
+    return np.cumsum(gaps)
+
+
+def synthetic_schedule(
+    *,
+    prompt_dist: LengthDist,
+    output_dist: LengthDist,
+    rate_per_s: float,
+    requests: int,
+    seed: int = 0,
+    process: str = "poisson",
+    burstiness: float = 1.0,
+) -> Schedule:
+    """A seeded schedule with lengths from two distributions and the given arrival process."""
+    if requests <= 0:
+        raise SpecError(f"--requests: must be positive, got {requests!r}")
+    rng = np.random.default_rng(seed)
+    times = arrival_times_s(rng, requests, rate_per_s, process=process, burstiness=burstiness)
+    return Schedule(
+        target_s=times,
+        prompt_tokens=prompt_dist.sample(rng, requests),
+        output_tokens=output_dist.sample(rng, requests),
+    )
