@@ -133,15 +133,29 @@ class ModelShape:
 MODEL_PRESETS: dict[str, ModelShape] = {
     m.name: m
     for m in (
-        ModelShape("llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256, max_position_embeddings=131072),
-        ModelShape("llama-3.1-70b", 80, 8192, 64, 8, 128, 28672, 128256, max_position_embeddings=131072),
+        ModelShape(
+            "llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256, max_position_embeddings=131072
+        ),
+        ModelShape(
+            "llama-3.1-70b", 80, 8192, 64, 8, 128, 28672, 128256, max_position_embeddings=131072
+        ),
         ModelShape("mistral-7b", 32, 4096, 32, 8, 128, 14336, 32000, max_position_embeddings=32768),
         ModelShape(
-            "qwen2.5-7b", 28, 3584, 28, 4, 128, 18944, 152064, attention_bias=True,
+            "qwen2.5-7b",
+            28,
+            3584,
+            28,
+            4,
+            128,
+            18944,
+            152064,
+            attention_bias=True,
             max_position_embeddings=32768,
         ),
         ModelShape("yi-34b", 60, 7168, 56, 8, 128, 20480, 64000, max_position_embeddings=4096),
-        ModelShape("llama-2-13b", 40, 5120, 40, 40, 128, 13824, 32000, max_position_embeddings=4096),
+        ModelShape(
+            "llama-2-13b", 40, 5120, 40, 40, 128, 13824, 32000, max_position_embeddings=4096
+        ),
     )
 }
 

@@ -16,9 +16,11 @@ console_err = Console(stderr=True)
 
 def print_error(error: BudgettuneError) -> None:
     """One line ``error: ...`` (plus hint and, for engines, the log tail) on stderr."""
-    console_err.print(f"[bold red]error:[/bold red] {error}", markup=True, highlight=False)
+    console_err.print(
+        f"[bold red]error:[/bold red] {error}", markup=True, highlight=False, soft_wrap=True
+    )
     if error.hint:
-        console_err.print(f"  hint: {error.hint}", highlight=False)
+        console_err.print(f"  hint: {error.hint}", highlight=False, soft_wrap=True)
     if isinstance(error, EngineError) and error.log_tail:
         console_err.print("  last lines of the engine log:", highlight=False)
         for line in error.log_tail.splitlines()[-20:]:

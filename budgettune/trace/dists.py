@@ -86,12 +86,19 @@ def parse_length_dist(spec: str, *, option: str = "--prompt-dist") -> LengthDist
         if max_tokens is None:
             raise SpecError(f"{option}: {spec!r}: uniform needs max (e.g. {example})")
         return LengthDist(
-            "uniform", mean=(min_tokens + max_tokens) / 2, min_tokens=min_tokens,
-            max_tokens=max_tokens, spec=text,
+            "uniform",
+            mean=(min_tokens + max_tokens) / 2,
+            min_tokens=min_tokens,
+            max_tokens=max_tokens,
+            spec=text,
         )
     if "mean" not in params:
         raise SpecError(f"{option}: {spec!r}: lognormal needs mean (e.g. {example})")
     return LengthDist(
-        "lognormal", mean=params["mean"], sigma=params.get("sigma", 1.0),
-        min_tokens=min_tokens, max_tokens=max_tokens, spec=text,
+        "lognormal",
+        mean=params["mean"],
+        sigma=params.get("sigma", 1.0),
+        min_tokens=min_tokens,
+        max_tokens=max_tokens,
+        spec=text,
     )

@@ -1,0 +1,112 @@
+"""`budgettune roofline` and the CLI shell, through the installed command and CliRunner."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from typer.testing import CliRunner
+
+from budgettune import __version__
+from budgettune.cli import app
+
+runner = CliRunner()
+
+
+def run(cmd: list[str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=60)
+
+
+def test_version(budgettune_cmd: list[str]) -> None:
+    result = run(budgettune_cmd, "--version")
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"budgettune {__version__}"
+
+
+def test_help_lists_units_and_defaults() -> None:
+    result = runner.invoke(app, ["roofline", "--help"])
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())
+    assert "--overhead-ms" in text and "ms" in text and "0.5" in text
+
+
+def test_ridge_json_h100(budgettune_cmd: list[str]) -> None:
+    result = run(
+        budgettune_cmd, "roofline", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--json"
+    )
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["ridge_tokens"] == pytest.approx(221.4, abs=0.1)
+
+
+def test_iteration_json_matches_model() -> None:
+    result = runner.invoke(
+        app,
+        [
+            "roofline",
+            "--prefill",
+            "512",
+            "--prefill",
+            "256@1024",
+            "--decodes",
+            "32",
+            "--context",
+            "1000",
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    from budgettune.hardware import resolve_gpu, resolve_model
+    from budgettune.sim.stepmodel import StepModel
+
+    model = StepModel.from_hardware(resolve_model("llama-3.1-8b"), resolve_gpu("h100-sxm"))
+    expected = model.iteration_time_s([(512, 0), (256, 1024)], [1000] * 32)
+    assert doc["step_ms"] == pytest.approx(expected * 1e3)
+    assert doc["prefill_tokens"] == 768 and doc["tokens"] == 800
+
+
+def test_chunking_json_shape_and_ordering() -> None:
+    result = runner.invoke(
+        app, ["roofline", "--prompt", "4096", "--chunk-sizes", "128,256,512,2048", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    rows = doc["chunking"]
+    assert [r["chunk_tokens"] for r in rows] == [128, 256, 512, 2048]
+    assert [len(r["step_ms"]) for r in rows] == [32, 16, 8, 2]
+    assert rows[0]["below_ridge"] and not rows[1]["below_ridge"]
+    # smaller chunks re-read the weights more often: overhead falls as chunks grow
+    overheads = [r["overhead_pct"] for r in rows]
+    assert overheads == sorted(overheads, reverse=True)
+    assert all(r["total_ms"] >= doc["one_shot_ms"] for r in rows)
+    assert sum(rows[2]["step_ms"]) == pytest.approx(rows[2]["total_ms"])
+
+
+def test_table_marks_chunks_below_ridge() -> None:
+    result = runner.invoke(app, ["roofline", "--prompt", "2048", "--chunk-sizes", "128,1024"])
+    assert result.exit_code == 0
+    assert "below ridge" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--gpu", "h300"], "--gpu: unknown GPU preset 'h300'"),
+        (["--model", "gpt-9"], "--model: 'gpt-9'"),
+        (["--prefill", "12x"], "--prefill: cannot read '12x'"),
+        (["--decodes", "-3"], "--decodes: must be zero or more"),
+        (["--peak-tflops", "100"], "needs --bandwidth-tbs, --memory-gb"),
+        (["--compute-efficiency", "1.5"], "--compute-efficiency: must be in (0, 1]"),
+        (["--mode", "parallel"], "--mode: unknown variant 'parallel'"),
+        (["--prompt", "100", "--chunk-sizes", "64,x"], "--chunk-sizes: 'x'"),
+    ],
+)
+def test_bad_input_one_line_exit_2(budgettune_cmd: list[str], args: list[str], needle: str) -> None:
+    result = run(budgettune_cmd, "roofline", *args)
+    assert result.returncode == 2
+    assert needle in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("error:")
+    assert result.stderr.count("\n") <= 2  # the error line and, at most, one hint line

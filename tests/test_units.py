@@ -1,0 +1,51 @@
+"""Unit parsing: durations, token counts, lists; each error names the option and the value."""
+
+from __future__ import annotations
+
+import pytest
+
+from budgettune.errors import SpecError
+from budgettune.units import format_ms, parse_duration_s, parse_int_list, parse_tokens
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("50ms", 0.05),
+        ("1s", 1.0),
+        ("1.5", 1.5),
+        ("2m", 120.0),
+        ("250us", 250e-6),
+        (" 16 ms ", 0.016),
+    ],
+)
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration_s(text) == pytest.approx(seconds)
+
+
+def test_bare_number_uses_default_unit() -> None:
+    assert parse_duration_s("50", default_unit="ms") == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize("text", ["50mss", "fast", "-5ms", "0s", ""])
+def test_bad_durations_name_option_and_value(text: str) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_duration_s(text, option="--slo-tbt")
+    assert "--slo-tbt" in str(info.value) and repr(text) in str(info.value)
+
+
+def test_tokens_and_lists() -> None:
+    assert parse_tokens("512") == 512
+    assert parse_tokens("8k") == 8000
+    assert parse_int_list("128, 256,512", option="--chunk-sizes") == [128, 256, 512]
+    with pytest.raises(SpecError, match="--chunk-sizes"):
+        parse_int_list("128,abc", option="--chunk-sizes")
+    with pytest.raises(SpecError, match="positive"):
+        parse_int_list("0", option="--budgets")
+
+
+def test_format_ms() -> None:
+    assert format_ms(0.0312) == "31.2 ms"
+    assert format_ms(0.5) == "500 ms"
+    assert format_ms(12.0) == "12.0 s"
+    assert format_ms(float("inf")) == "-"
