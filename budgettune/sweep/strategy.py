@@ -1,0 +1,90 @@
+"""Which budget to verify next: the upper end of the feasible interval with few engine launches.
+
+Feasible budgets form an interval: a larger budget only lowers TTFT and only raises TBT. So a
+TBT failure at budget i rules out every budget >= i, a TTFT failure every budget <= i, and a
+pass proves the answer is >= i. The search starts where the simulator predicts the upper end
+and moves by bisection, verifying the neighbour above the answer to show the cliff.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """One live verification: did p99 TBT and p99 TTFT meet their SLOs?"""
+
+    tbt_ok: bool
+    ttft_ok: bool
+
+    @property
+    def ok(self) -> bool:
+        return self.tbt_ok and self.ttft_ok
+
+
+@dataclass(slots=True)
+class SearchState:
+    """What the verifications so far prove, over candidate indices 0..n-1."""
+
+    n: int
+    best_pass: int = -1  # largest index verified feasible
+    tbt_fail_from: int = -1  # smallest index whose TBT failed (n if none yet)
+    ttft_fail_upto: int = -1  # largest index whose TTFT failed
+    verified: dict[int, Verdict] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.tbt_fail_from < 0:
+            self.tbt_fail_from = self.n
+
+    def record(self, index: int, verdict: Verdict) -> None:
+        self.verified[index] = verdict
+        if verdict.ok:
+            self.best_pass = max(self.best_pass, index)
+        if not verdict.tbt_ok:
+            self.tbt_fail_from = min(self.tbt_fail_from, index)
+        if not verdict.ttft_ok:
+            self.ttft_fail_upto = max(self.ttft_fail_upto, index)
+
+    def open_indices(self) -> list[int]:
+        """Indices whose verification could still raise the answer."""
+        low = max(self.best_pass, self.ttft_fail_upto)
+        return [i for i in range(low + 1, self.tbt_fail_from) if i not in self.verified]
+
+    def done(self) -> bool:
+        """No open index left, and the neighbour above the answer was verified (if it exists)."""
+        if self.open_indices():
+            return False
+        above = self.best_pass + 1
+        return self.best_pass < 0 or above >= self.n or above in self.verified
+
+
+def next_index(state: SearchState, predicted_ok: Sequence[bool]) -> int | None:
+    """The next candidate to verify, or None when the answer is proven.
+
+    First the predicted upper end (the largest predicted-feasible index); after that the open
+    index nearest to the predicted upper end's side: directly above the best pass when the
+    prediction held, else the middle of what is still open (bisection).
+    """
+    if state.done():
+        return None
+    open_ = state.open_indices()
+    if not open_:  # only the neighbour above the answer remains, to show the cliff
+        return state.best_pass + 1
+    if not state.verified:
+        predicted = [i for i, ok in enumerate(predicted_ok) if ok]
+        start = predicted[-1] if predicted else len(predicted_ok) // 2
+        return start if start in open_ else open_[len(open_) // 2]
+    if len(state.verified) == 1 and state.best_pass >= 0 and open_[0] == state.best_pass + 1:
+        # The predicted upper end held: one step up tells whether the real edge is higher.
+        return open_[0]
+    return open_[len(open_) // 2]
+
+
+def search(n: int, predicted_ok: Sequence[bool], verify: Callable[[int], Verdict]) -> SearchState:
+    """Run the search to the end with a ``verify(index) -> Verdict`` callback (one launch each)."""
+    state = SearchState(n=n)
+    while (index := next_index(state, predicted_ok)) is not None:
+        state.record(index, verify(index))
+    return state
