@@ -1,0 +1,79 @@
+"""KV-cache block accounting for the simulated scheduler: capacity from GPU memory, block math.
+
+Capacity in blocks = (GPU memory x gpu_memory_utilization - weight bytes) / (kappa x block_size),
+the same budget vLLM hands its block pool (activation memory is ignored).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from budgettune.errors import SpecError
+from budgettune.hardware import GPU
+from budgettune.sim.stepmodel import StepModel
+
+DEFAULT_BLOCK_SIZE = 16
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+
+
+def blocks_for(tokens: int, block_size: int) -> int:
+    """Blocks that hold ``tokens`` KV entries (ceiling division)."""
+    return -(-tokens // block_size)
+
+
+def kv_capacity_blocks(
+    model: StepModel,
+    gpu: GPU,
+    *,
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    tensor_parallel: int = 1,
+) -> int:
+    """KV blocks that fit beside the weights on ``tensor_parallel`` GPUs.
+
+    Raises SpecError naming --gpu-memory-utilization when the weights alone do not fit.
+    """
+    if not 0 < gpu_memory_utilization <= 1:
+        raise SpecError(
+            f"--gpu-memory-utilization: must be in (0, 1], got {gpu_memory_utilization!r}"
+        )
+    if block_size < 1:
+        raise SpecError(f"--block-size: must be positive, got {block_size!r}")
+    usable_bytes = gpu.memory_bytes * tensor_parallel * gpu_memory_utilization
+    free_bytes = usable_bytes - model.weight_bytes
+    blocks = int(free_bytes // (model.kv_bytes_per_token * block_size))
+    if blocks < 1:
+        raise SpecError(
+            f"--gpu-memory-utilization: {gpu_memory_utilization} x {tensor_parallel} x "
+            f"{gpu.memory_bytes / 1e9:.0f} GB leaves no room for the KV cache beside "
+            f"{model.weight_bytes / 1e9:.1f} GB of weights",
+            hint="use a larger GPU, more --tensor-parallel, or a smaller --dtype",
+        )
+    return blocks
+
+
+@dataclass(slots=True)
+class BlockPool:
+    """A counter of used blocks against a fixed capacity; no per-block identity is needed
+    because the simulator never shares blocks (no prefix caching)."""
+
+    capacity: int
+    used: int = 0
+
+    @property
+    def free(self) -> int:
+        return self.capacity - self.used
+
+    def can_allocate(self, blocks: int) -> bool:
+        """Check only; never changes the pool."""
+        return self.used + blocks <= self.capacity
+
+    def allocate(self, blocks: int) -> None:
+        if self.used + blocks > self.capacity:
+            raise RuntimeError(f"allocating {blocks} blocks with {self.free} free")
+        self.used += blocks
+
+    def release(self, blocks: int) -> None:
+        if blocks > self.used:
+            raise RuntimeError(f"releasing {blocks} blocks with {self.used} in use")
+        self.used -= blocks

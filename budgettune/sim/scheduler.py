@@ -1,0 +1,589 @@
+"""The token-budget scheduler of BRIEF section 4 (vLLM V1 semantics), one iteration at a time.
+
+Each iteration: 1. a token for every running decode, 2. the next chunk of partial prefills,
+3. FCFS admissions under the budget, max_num_seqs and KV blocks; preemption by recompute when
+blocks run out. ``budget_tokens=None`` is the prefill-first baseline (no chunking).
+Per-iteration cost is O(events), not O(running requests): decode aggregates are kept
+incrementally, so the simulator can run thousands of iterations per second of CPU.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+from budgettune.errors import SpecError
+from budgettune.sim.kvcache import DEFAULT_BLOCK_SIZE, BlockPool, blocks_for
+from budgettune.sim.stepmodel import StepModel
+
+RequestId = Hashable
+
+WAITING, PREFILLING, DECODING, FINISHED, ABORTED = range(5)
+STATE_NAMES = ("waiting", "prefilling", "decoding", "finished", "aborted")
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """Scheduling policy. ``budget_tokens=None`` selects prefill-first (the ``none`` policy).
+
+    long_prefill_token_threshold: 0 = off, else the most prompt tokens one request takes per
+    iteration (vLLM --long-prefill-token-threshold). block_aligned_chunks: a chunk that does
+    not finish its prompt is cut to whole KV blocks, (left // block_size) * block_size, as vLLM
+    does with prefix caching. prefill_first_max_tokens: the ``none`` policy's cap on prompt
+    tokens per iteration (None: only sequences and KV blocks limit it; a longer prompt still
+    runs alone).
+    """
+
+    budget_tokens: int | None
+    kv_capacity_blocks: int
+    max_num_seqs: int = 256
+    block_size: int = DEFAULT_BLOCK_SIZE
+    block_aligned_chunks: bool = False
+    long_prefill_token_threshold: int = 0
+    prefill_first_max_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.budget_tokens is not None and self.budget_tokens < 1:
+            raise SpecError(f"--budgets: a budget must be positive, got {self.budget_tokens}")
+        if self.max_num_seqs < 1:
+            raise SpecError(f"--max-num-seqs: must be positive, got {self.max_num_seqs}")
+        if self.block_size < 1:
+            raise SpecError(f"--block-size: must be positive, got {self.block_size}")
+        if self.kv_capacity_blocks < 1:
+            raise SpecError(f"KV capacity must be at least 1 block, got {self.kv_capacity_blocks}")
+        if self.long_prefill_token_threshold < 0:
+            raise SpecError(
+                "--long-prefill-token-threshold: must be 0 (off) or positive, "
+                f"got {self.long_prefill_token_threshold}"
+            )
+        if self.block_aligned_chunks and self.budget_tokens is not None:
+            # Same rule as vLLM: aligned chunks need a budget of whole blocks, else no chunk fits.
+            if self.budget_tokens % self.block_size:
+                raise SpecError(
+                    f"--budgets: {self.budget_tokens} is not a multiple of the block size "
+                    f"{self.block_size}, required with block-aligned chunks"
+                )
+            if 0 < self.long_prefill_token_threshold < self.block_size:
+                raise SpecError(
+                    "--long-prefill-token-threshold: must be at least the block size "
+                    f"{self.block_size} with block-aligned chunks"
+                )
+
+    @property
+    def seq_limit(self) -> int:
+        """Running sequences allowed: every running decode takes one token of the budget, so
+        more than ``budget`` sequences could never all decode (vLLM refuses such a config)."""
+        if self.budget_tokens is None:
+            return self.max_num_seqs
+        return min(self.max_num_seqs, self.budget_tokens)
+
+
+def chunk_tokens(left_tokens: int, remaining_tokens: int, config: SchedulerConfig) -> int:
+    """The budget rule: prompt tokens a request gets this iteration with ``left_tokens`` of
+    budget left and ``remaining_tokens`` of its prompt still to prefill (0: none fits)."""
+    n = min(left_tokens, remaining_tokens)
+    threshold = config.long_prefill_token_threshold
+    if 0 < threshold < n:
+        n = threshold
+    if config.block_aligned_chunks and n < remaining_tokens:
+        n = (n // config.block_size) * config.block_size
+    return n
+
+
+@dataclass(slots=True, eq=False)
+class _Request:
+    rid: RequestId
+    prompt: int
+    output: int
+    state: int = WAITING
+    prefill_len: int = 0  # tokens to prefill: prompt + tokens generated before a preemption
+    prefilled: int = 0
+    generated: int = 0  # tokens emitted before the current segment
+    blocks: int = 0  # KV blocks held while waiting/prefilling (decoders: derived from base)
+    base: int = 0  # decoding: context at decode tick T is base + T
+    tick0: int = 0  # decoding: ticks committed when the segment's first token came
+    first_iteration: int = 0  # iteration index of the segment's first token
+    finish_tick: int = 0
+    preemptions: int = 0
+    # One (first-token iteration, tick0, decode tokens) per segment between preemptions.
+    segments: list[tuple[int, int, int]] = field(default_factory=list)
+
+
+@dataclass(slots=True, eq=False)
+class IterationPlan:
+    """The decisions for one iteration (returned by :meth:`Scheduler.schedule`).
+
+    chunks: (request_id, tokens, offset) per prompt chunk, phase order; decodes: decode tokens,
+    one per running decode; decode_context_tokens: the sum of their contexts (tokens each one
+    attends to, itself included); preempted: request ids sent back to waiting this iteration.
+    The prefill_* fields are the aggregates :meth:`StepModel.step_time_s` takes.
+    """
+
+    index: int
+    chunks: list[tuple[RequestId, int, int]] = field(default_factory=list)
+    decodes: int = 0
+    decode_context_tokens: int = 0
+    prefill_tokens: int = 0
+    prefill_pairs: float = 0.0
+    prefill_prefix_tokens: int = 0
+    preempted: list[RequestId] = field(default_factory=list)
+    _chunk_requests: list[_Request] = field(default_factory=list, repr=False)
+
+    @property
+    def empty(self) -> bool:
+        return self.decodes == 0 and not self.chunks
+
+    @property
+    def tokens(self) -> int:
+        """Tokens in the iteration (what counts against the budget)."""
+        return self.prefill_tokens + self.decodes
+
+    def step_time_s(self, model: StepModel) -> float:
+        return model.step_time_s(
+            self.prefill_tokens,
+            self.prefill_pairs,
+            self.prefill_prefix_tokens,
+            self.decodes,
+            self.decode_context_tokens,
+        )
+
+    def _add_chunk(self, request: _Request, n: int) -> None:
+        offset = request.prefilled
+        self.chunks.append((request.rid, n, offset))
+        self._chunk_requests.append(request)
+        self.prefill_tokens += n
+        self.prefill_pairs += n * offset + n * n / 2.0
+        self.prefill_prefix_tokens += offset
+
+
+@dataclass(frozen=True, slots=True)
+class IterationOutcome:
+    """What one committed iteration produced (returned by :meth:`Scheduler.commit`).
+
+    first_token_ids: requests whose prefill completed (they emitted their first token, or the
+    first after a recompute); finished_ids: requests that emitted their last token;
+    emitted_ids: every request that emitted a token, built only with ``commit(with_ids=True)``.
+    """
+
+    index: int
+    tokens: int
+    emitted_tokens: int
+    first_token_ids: list[RequestId]
+    finished_ids: list[RequestId]
+    preempted_ids: list[RequestId]
+    emitted_ids: list[RequestId] | None = None
+
+
+class Scheduler:
+    """Chunked-prefill scheduler over abstract iterations; it knows no clock.
+
+    Usage, e.g. by a wall-clock engine::
+
+        sched = Scheduler(SchedulerConfig(budget_tokens=2048, kv_capacity_blocks=26_000))
+        sched.add("req-1", prompt_tokens=900, output_tokens=128)   # at any time
+        plan = sched.schedule()            # plan the next iteration; plan.empty when idle
+        dt = plan.step_time_s(step_model)  # aggregates: plan.prefill_tokens, .decodes, ...
+        ... wait dt ...                    # sched.abort(id) may come meanwhile
+        out = sched.commit(plan, with_ids=True)
+        out.emitted_ids    # requests that emitted one token this iteration (first ones too)
+        out.finished_ids   # requests that emitted their last token and left
+        sched.preemptions_total, plan.tokens   # counters for /metrics
+
+    ``schedule`` and ``commit`` alternate strictly. ``add`` raises ValueError for a request
+    that could never fit the KV cache (check first with :meth:`rejection`); ``abort`` drops a
+    request in any state (its tokens in an in-flight plan are then discarded). Ids must be
+    unique among live requests. A token of a request is emitted at the end of the iteration
+    that computed it: a prefill's last chunk emits the first token, each decode one more.
+    """
+
+    def __init__(self, config: SchedulerConfig, *, keep_finished: bool = False) -> None:
+        self.config = config
+        self.pool = BlockPool(config.kv_capacity_blocks)
+        self.preemptions_total = 0
+        self.iterations = 0  # committed iterations
+        self.ticks = 0  # committed iterations that held decodes ("decode ticks")
+        self._keep_finished = keep_finished
+        self._requests: dict[RequestId, _Request] = {}
+        self._waiting: deque[_Request] = deque()
+        self._prefilling: list[_Request] = []  # running, prompt not done, admission order
+        self._running_order: list[_Request] = []  # admission order; stale entries skipped
+        self._num_running = 0
+        # Decoders, kept as aggregates: context of each at tick T is base + T.
+        self._decoding: dict[_Request, None] = {}
+        self._base_sum = 0
+        self._phase = [0] * config.block_size  # decoders needing a new block at T % block_size
+        self._finish: dict[int, list[_Request]] = {}  # decode tick -> decoders ending then
+        self._finish_ticks: list[int] = []  # heap of keys of _finish
+        self._alloc_tick = 0  # decoders' blocks cover contexts up to this tick
+        self._in_flight: IterationPlan | None = None
+        self._decode_only_stable = False
+
+    # ----- queries (never change state) -------------------------------------------------
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def num_running(self) -> int:
+        return self._num_running
+
+    @property
+    def num_decoding(self) -> int:
+        return len(self._decoding)
+
+    @property
+    def has_work(self) -> bool:
+        return self._num_running > 0 or bool(self._waiting)
+
+    @property
+    def kv_used_blocks(self) -> int:
+        return self.pool.used
+
+    def rejection(self, prompt_tokens: int, output_tokens: int) -> str | None:
+        """Why a request could never run (None if it can): its KV at the end of its output."""
+        if prompt_tokens < 1 or output_tokens < 1:
+            return f"prompt and output need at least 1 token, got {prompt_tokens}/{output_tokens}"
+        need = blocks_for(prompt_tokens + output_tokens - 1, self.config.block_size)
+        if need > self.config.kv_capacity_blocks:
+            return (
+                f"needs {need} KV blocks for {prompt_tokens} prompt + {output_tokens} output "
+                f"tokens; the cache holds {self.config.kv_capacity_blocks}"
+            )
+        return None
+
+    def state(self, request_id: RequestId) -> str:
+        """ "waiting", "prefilling", "decoding", "finished" (if kept) or "aborted"."""
+        return STATE_NAMES[self._requests[request_id].state]
+
+    def segments(self, request_id: RequestId) -> list[tuple[int, int, int]]:
+        """Token segments of a finished (kept) or preempted request: (iteration of the first
+        token, decode ticks committed then, decode tokens that followed at the next ticks)."""
+        return self._requests[request_id].segments
+
+    def preemptions(self, request_id: RequestId) -> int:
+        return self._requests[request_id].preemptions
+
+    def kv_blocks_by_request(self) -> dict[RequestId, int]:
+        """Blocks each live request holds (O(requests); for checks and tests)."""
+        return {rid: self._blocks_of(r) for rid, r in self._requests.items() if r.state < FINISHED}
+
+    def next_decode_context_tokens(self) -> int:
+        """Sum of decode contexts in the next decode tick (current decoders)."""
+        return self._base_sum + len(self._decoding) * (self.ticks + 1)
+
+    # ----- requests in and out ----------------------------------------------------------
+
+    def add(self, request_id: RequestId, prompt_tokens: int, output_tokens: int) -> None:
+        """Queue a request (FCFS behind earlier ones). Raises ValueError if it cannot fit."""
+        reason = self.rejection(prompt_tokens, output_tokens)
+        if reason is not None:
+            raise ValueError(f"request {request_id!r}: {reason}")
+        old = self._requests.get(request_id)
+        if old is not None and old.state < FINISHED:
+            raise ValueError(f"request {request_id!r} is already queued or running")
+        request = _Request(request_id, prompt_tokens, output_tokens, prefill_len=prompt_tokens)
+        self._requests[request_id] = request
+        self._waiting.append(request)
+        self._decode_only_stable = False
+
+    def abort(self, request_id: RequestId) -> bool:
+        """Drop a live request (client went away); frees its blocks. False if not live."""
+        r = self._requests.get(request_id)
+        if r is None or r.state >= FINISHED:
+            return False
+        self.pool.release(self._blocks_of(r))
+        if r.state == DECODING:
+            self._stop_decoding(r)
+        elif r.state == PREFILLING:
+            self._prefilling.remove(r)
+            self._num_running -= 1
+        else:
+            self._waiting.remove(r)
+        r.blocks = 0
+        r.state = ABORTED
+        del self._requests[request_id]
+        self._decode_only_stable = False
+        return True
+
+    # ----- one iteration ----------------------------------------------------------------
+
+    def schedule(self) -> IterationPlan:
+        """Plan the next iteration: allocate its KV blocks, preempt if they run out."""
+        if self._in_flight is not None:
+            raise RuntimeError("schedule() called twice without commit()")
+        plan = IterationPlan(self.iterations)
+        if self.config.budget_tokens is None:
+            self._schedule_prefill_first(plan)
+        else:
+            self._schedule_chunked(plan, self.config.budget_tokens)
+        self._in_flight = plan
+        return plan
+
+    def _schedule_chunked(self, plan: IterationPlan, budget: int) -> None:
+        left = budget
+        # 1. Decodes: one token for every running decode, before any prompt token.
+        if self._decoding:
+            self._reserve_decode_blocks(plan)
+            left -= plan.decodes
+        # 2. Partial prefills: the next chunk of each, in admission order.
+        for r in list(self._prefilling):
+            if left <= 0:
+                break
+            if r.state != PREFILLING:  # preempted by an earlier chunk of this loop
+                continue
+            n = chunk_tokens(left, r.prefill_len - r.prefilled, self.config)
+            if n <= 0:
+                break
+            need = blocks_for(r.prefilled + n, self.config.block_size) - r.blocks
+            while self.pool.free < need:
+                if self._preempt_newest(plan) is r:
+                    break
+            if r.state != PREFILLING:
+                continue
+            self.pool.used += need
+            r.blocks += need
+            plan._add_chunk(r, n)
+            left -= n
+        # 3. Admissions, FCFS, while budget, sequence slots and KV blocks remain; none after a
+        # preemption (as vLLM), since the blocks just freed belong to the preempted requests.
+        if plan.preempted:
+            return
+        waiting = self._waiting
+        seq_limit = self.config.seq_limit
+        while left > 0 and waiting and self._num_running < seq_limit:
+            r = waiting[0]
+            n = chunk_tokens(left, r.prefill_len, self.config)
+            if n <= 0:
+                break
+            need = blocks_for(n, self.config.block_size)
+            if self.pool.free < need:
+                break
+            waiting.popleft()
+            self._admit(r, need)
+            plan._add_chunk(r, n)
+            left -= n
+
+    def _schedule_prefill_first(self, plan: IterationPlan) -> None:
+        # 3. Admissions first: whole prompts, FCFS, no decodes beside them (old vLLM default).
+        cap = self.config.prefill_first_max_tokens
+        waiting = self._waiting
+        while waiting and self._num_running < self.config.seq_limit:
+            r = waiting[0]
+            n = r.prefill_len
+            if cap is not None and plan.chunks and plan.prefill_tokens + n > cap:
+                break
+            need = blocks_for(n, self.config.block_size)
+            if self.pool.free < need:
+                break
+            waiting.popleft()
+            self._admit(r, need)
+            plan._add_chunk(r, n)
+        if plan.chunks:
+            return
+        # 1. Nothing admissible: a decode-only iteration.
+        if self._decoding:
+            self._reserve_decode_blocks(plan)
+
+    def _reserve_decode_blocks(self, plan: IterationPlan) -> None:
+        """Blocks for the decoders whose context crosses a block boundary this tick; preempt
+        the newest running requests while they do not fit. Fills plan.decodes/contexts."""
+        tick = self.ticks + 1
+        phase = tick % self.config.block_size
+        while self.pool.free < self._phase[phase]:
+            self._preempt_newest(plan)
+        self.pool.used += self._phase[phase]
+        self._alloc_tick = tick
+        plan.decodes = len(self._decoding)
+        plan.decode_context_tokens = self._base_sum + plan.decodes * tick
+
+    def _admit(self, r: _Request, blocks: int) -> None:
+        r.state = PREFILLING
+        r.prefilled = 0
+        r.blocks = blocks
+        self.pool.used += blocks
+        self._prefilling.append(r)
+        self._running_order.append(r)
+        self._num_running += 1
+
+    def _preempt_newest(self, plan: IterationPlan) -> _Request:
+        """Preempt by recompute the most recently admitted running request (lowest FCFS
+        priority): free all its blocks and put it at the head of the waiting queue."""
+        order = self._running_order
+        while True:
+            r = order.pop()  # IndexError here would mean a request larger than the cache
+            if r.state == PREFILLING or r.state == DECODING:
+                break
+        if r.state == DECODING:
+            in_plan = self._alloc_tick == self.ticks + 1 and plan.decodes > 0
+            if in_plan:  # already counted in this iteration's decodes
+                plan.decodes -= 1
+                plan.decode_context_tokens -= r.base + self._alloc_tick
+            r.generated += 1 + self.ticks - r.tick0
+            r.segments.append((r.first_iteration, r.tick0, self.ticks - r.tick0))
+            self.pool.release(self._blocks_of(r))
+            self._stop_decoding(r)
+        else:
+            self.pool.release(r.blocks)
+            self._prefilling.remove(r)
+            self._num_running -= 1
+        r.state = WAITING
+        r.blocks = 0
+        r.prefilled = 0
+        r.prefill_len = r.prompt + r.generated  # recompute prompt and generated tokens
+        r.preemptions += 1
+        self.preemptions_total += 1
+        self._waiting.appendleft(r)
+        plan.preempted.append(r.rid)
+        return r
+
+    def commit(self, plan: IterationPlan, *, with_ids: bool = False) -> IterationOutcome:
+        """Apply a planned iteration once it has run: advance prompts, emit tokens, finish."""
+        if plan is not self._in_flight:
+            raise RuntimeError("commit() of a plan that is not the one in flight")
+        self._in_flight = None
+        emitted_ids: list[RequestId] | None = None
+        if with_ids:
+            emitted_ids = [r.rid for r in self._decoding] if plan.decodes else []
+        emitted = 0
+        finished: list[RequestId] = []
+        if plan.decodes:
+            self.ticks += 1
+            emitted = len(self._decoding)
+            bucket = self._finish.pop(self.ticks, None)
+            if bucket is not None:
+                for r in bucket:
+                    if r.state == DECODING and r.finish_tick == self.ticks:
+                        self._finish_decoder(r)
+                        finished.append(r.rid)
+        first: list[RequestId] = []
+        for r, (_, n, _) in zip(plan._chunk_requests, plan.chunks, strict=True):
+            if r.state != PREFILLING:  # aborted while the iteration ran
+                continue
+            r.prefilled += n
+            if r.prefilled < r.prefill_len:
+                continue
+            # The last chunk samples a token in the same pass.
+            self._prefilling.remove(r)
+            first.append(r.rid)
+            emitted += 1
+            left = r.output - r.generated
+            r.first_iteration = plan.index
+            r.tick0 = self.ticks
+            if left == 1:
+                r.generated += 1
+                r.segments.append((plan.index, self.ticks, 0))
+                self.pool.release(r.blocks)
+                self._num_running -= 1
+                self._retire(r, FINISHED)
+                finished.append(r.rid)
+            else:
+                self._start_decoding(r, left)
+        if emitted_ids is not None:
+            emitted_ids.extend(first)
+        self.iterations += 1
+        self._alloc_tick = self.ticks  # also when every planned decoder was preempted
+        self._decode_only_stable = bool(plan.decodes) and not plan.chunks and not plan.preempted
+        return IterationOutcome(
+            plan.index, plan.tokens, emitted, first, finished, plan.preempted, emitted_ids
+        )
+
+    # ----- decode-only fast path (the simulator's jump) ---------------------------------
+
+    def decode_only_horizon(self) -> int:
+        """Iterations ahead that are sure to be decode-only with no finish and no preemption,
+        if nothing is added: the last iteration was decode-only, so admissions are blocked
+        (or none wait) until a request finishes. 0 when unsure."""
+        if not self._decode_only_stable or self._in_flight is not None:
+            return 0
+        heap = self._finish_ticks
+        while heap and heap[0] not in self._finish:
+            heapq.heappop(heap)
+        if not heap:
+            return 0
+        horizon = heap[0] - self.ticks - 1
+        if horizon <= 0:
+            return 0
+        # Every block_size ticks each decoder takes exactly one new block.
+        decoders = len(self._decoding)
+        bs = self.config.block_size
+        free = self.pool.free
+        cycles = free // decoders
+        k = cycles * bs
+        free -= cycles * decoders
+        for step in range(1, bs):
+            free -= self._phase[(self.ticks + step) % bs]
+            if free < 0:
+                break
+            k += 1
+        return max(0, min(horizon, k))
+
+    def advance_decode_only(self, iterations: int) -> None:
+        """Commit ``iterations`` decode-only iterations at once (at most the horizon)."""
+        if iterations <= 0:
+            return
+        if iterations > self.decode_only_horizon():
+            raise RuntimeError("advance_decode_only beyond the decode-only horizon")
+        bs = self.config.block_size
+        decoders = len(self._decoding)
+        need = (iterations // bs) * decoders
+        for step in range(1, iterations % bs + 1):
+            need += self._phase[(self.ticks + step) % bs]
+        self.pool.used += need
+        self.ticks += iterations
+        self.iterations += iterations
+        self._alloc_tick = self.ticks
+
+    # ----- bookkeeping ------------------------------------------------------------------
+
+    def _start_decoding(self, r: _Request, left: int) -> None:
+        r.state = DECODING
+        r.base = r.prefill_len - self.ticks
+        r.finish_tick = self.ticks + left - 1
+        self._decoding[r] = None
+        self._base_sum += r.base
+        self._phase[(1 - r.base) % self.config.block_size] += 1
+        bucket = self._finish.get(r.finish_tick)
+        if bucket is None:
+            self._finish[r.finish_tick] = [r]
+            heapq.heappush(self._finish_ticks, r.finish_tick)
+        else:
+            bucket.append(r)
+
+    def _stop_decoding(self, r: _Request) -> None:
+        del self._decoding[r]
+        self._base_sum -= r.base
+        self._phase[(1 - r.base) % self.config.block_size] -= 1
+        self._num_running -= 1
+
+    def _finish_decoder(self, r: _Request) -> None:
+        r.generated += 1 + self.ticks - r.tick0
+        r.segments.append((r.first_iteration, r.tick0, self.ticks - r.tick0))
+        self.pool.release(self._blocks_of(r))
+        self._stop_decoding(r)
+        self._retire(r, FINISHED)
+
+    def _retire(self, r: _Request, state: int) -> None:
+        r.state = state
+        r.blocks = 0
+        if not self._keep_finished:
+            del self._requests[r.rid]
+        if len(self._running_order) > 2 * self._num_running + 64:
+            self._compact_running_order()
+
+    def _compact_running_order(self) -> None:
+        seen: set[int] = set()
+        kept: list[_Request] = []
+        for r in reversed(self._running_order):
+            if (r.state == PREFILLING or r.state == DECODING) and id(r) not in seen:
+                seen.add(id(r))
+                kept.append(r)
+        kept.reverse()
+        self._running_order = kept
+
+    def _blocks_of(self, r: _Request) -> int:
+        if r.state == DECODING:
+            return blocks_for(r.base + self._alloc_tick, self.config.block_size)
+        return r.blocks
