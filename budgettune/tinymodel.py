@@ -21,8 +21,10 @@ UNK_ID, BOS_ID, EOS_ID = 0, 1, 2
 
 # The generated corpus: pseudo-words from these syllables. Enough distinct pairs that BPE always
 # reaches the requested vocabulary, and cheap to train on (about a second on one core).
-_ONSETS = ("", "b", "c", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z")
-_ONSETS += ("br", "ch", "cl", "dr", "gr", "pl", "sh", "st", "th", "tr")
+_ONSETS: tuple[str, ...] = (
+    *("", "b", "c", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z"),
+    *("br", "ch", "cl", "dr", "gr", "pl", "sh", "st", "th", "tr"),
+)
 _VOWELS = ("a", "e", "i", "o", "u", "ai", "ea", "ou", "y")
 _CODAS = ("", "", "", "n", "r", "s", "t", "l", "m", "ng", "st", "ck")
 _PUNCT = (".", ",", "!", "?", ";", ":")
