@@ -94,3 +94,36 @@ def synthetic_schedule(
         prompt_tokens=prompt_dist.sample(rng, requests),
         output_tokens=output_dist.sample(rng, requests),
     )
+
+
+def bounded_arrival_times_s(
+    rng: np.random.Generator,
+    rate_per_s: float,
+    *,
+    requests: int | None = None,
+    duration_s: float | None = None,
+    process: str = "poisson",
+    burstiness: float = 1.0,
+) -> FloatArray:
+    """Arrival times (first at 0) for ``requests`` arrivals, or for all arrivals before
+    ``duration_s``, or both bounds at once. With ``requests`` alone this equals
+    :func:`arrival_times_s` for the same generator state."""
+    if requests is None and duration_s is None:
+        raise SpecError("--requests or --duration: give at least one to bound the run")
+    if requests is not None and requests <= 0:
+        raise SpecError(f"--requests: must be positive, got {requests!r}")
+    if duration_s is None:
+        assert requests is not None
+        return arrival_times_s(rng, requests, rate_per_s, process=process, burstiness=burstiness)
+    if not duration_s > 0:
+        raise SpecError(f"--duration: must be positive, got {duration_s!r}")
+    # draw in chunks until past the duration; the gaps after the first chunk continue from it
+    chunk = max(64, int(rate_per_s * duration_s * 1.1) + 64)
+    if requests is not None:
+        chunk = min(chunk, requests)
+    times = arrival_times_s(rng, chunk, rate_per_s, process=process, burstiness=burstiness)
+    while times[-1] < duration_s and (requests is None or len(times) < requests):
+        more = arrival_times_s(rng, chunk + 1, rate_per_s, process=process, burstiness=burstiness)
+        times = np.concatenate([times, times[-1] + more[1:]])
+    times = times[times < duration_s]
+    return times[:requests] if requests is not None else times

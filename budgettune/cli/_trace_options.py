@@ -1,0 +1,298 @@
+"""Traffic options shared by ``simulate``, ``replay``, ``sweep`` and ``trace synth``: typer.Option
+constants and one function turning their values into a send schedule.
+
+Usage in a command (the parameter names are the keyword names of :func:`traffic_from_options`)::
+
+    def simulate(..., trace: Path | None = TRACE, format: str | None = FORMAT, ...,
+                 rate: float | None = RATE, seed: int = SEED) -> None:
+        traffic = traffic_from_options(trace=trace, format=format, ..., rate=rate, seed=seed,
+                                       on_warning=warn)
+        traffic.schedule  # -> Schedule
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import typer
+
+from budgettune.errors import SpecError
+from budgettune.trace.dists import parse_length_dist
+from budgettune.trace.formats import FORMATS
+from budgettune.trace.load import ON_LONG as ON_LONG_CHOICES
+from budgettune.trace.load import load_trace
+from budgettune.trace.replay import ReplayOptions, parse_window, schedule_from_trace
+from budgettune.trace.schedule import Schedule
+from budgettune.trace.schema import LoadReport
+from budgettune.trace.synth import synthesize
+from budgettune.units import parse_duration_s, parse_positive_float, parse_tokens
+
+PANEL = "Traffic"
+DEFAULT_PROMPT_DIST = "lognormal:mean=1000,sigma=1.0,max=8192"
+DEFAULT_OUTPUT_DIST = "lognormal:mean=250,sigma=1.0,max=2048"
+
+TRACE = typer.Option(
+    None,
+    "--trace",
+    help="Trace file to replay (format detected from content; .gz read transparently). "
+    "Replaces --prompt-dist/--output-dist.",
+    rich_help_panel=PANEL,
+)
+FORMAT = typer.Option(
+    None,
+    "--format",
+    help=f"Trace format, when detection is not wanted: {', '.join(FORMATS)}.",
+    rich_help_panel=PANEL,
+)
+COLUMNS = typer.Option(
+    None,
+    "--columns",
+    help="Columns of a plain CSV trace: arrival=COL,prompt=COL,output=COL "
+    "(also arrival_ms, prefix_group, prefix_tokens). Implies --format csv.",
+    rich_help_panel=PANEL,
+)
+ARRIVALS = typer.Option(
+    None,
+    "--arrivals",
+    help="recorded (the trace's own times; default when it has them) | poisson | gamma.",
+    rich_help_panel=PANEL,
+)
+RATE = typer.Option(
+    None,
+    "--rate",
+    help="Mean arrival rate, requests/s. With recorded arrivals: rescale the trace to this rate.",
+    rich_help_panel=PANEL,
+)
+BURSTINESS = typer.Option(
+    1.0,
+    "--burstiness",
+    help="Gamma arrivals' shape (as vllm bench serve): 1 = Poisson, < 1 burstier, > 1 smoother.",
+    rich_help_panel=PANEL,
+)
+TIME_SCALE = typer.Option(
+    1.0,
+    "--time-scale",
+    help="Recorded arrivals only: replay k times faster (gaps divided by k).",
+    rich_help_panel=PANEL,
+)
+WINDOW = typer.Option(
+    None,
+    "--window",
+    help="START:END slice of the trace by arrival time, e.g. 10m:20m or :300.",
+    rich_help_panel=PANEL,
+)
+REQUESTS = typer.Option(None, "--requests", help="Number of requests.", rich_help_panel=PANEL)
+DURATION = typer.Option(
+    None,
+    "--duration",
+    help="Only requests sent before this, e.g. 60s or 10m.",
+    rich_help_panel=PANEL,
+)
+MAX_MODEL_LEN = typer.Option(
+    None,
+    "--max-model-len",
+    help="Context limit in tokens (e.g. 8192 or 32k); longer requests follow --on-long.",
+    rich_help_panel=PANEL,
+)
+ON_LONG = typer.Option(
+    "error",
+    "--on-long",
+    help="Requests with prompt + output above --max-model-len: clip | drop | error.",
+    rich_help_panel=PANEL,
+)
+STRICT = typer.Option(
+    False,
+    "--strict",
+    help="Refuse a trace whose timestamps go backwards instead of sorting it.",
+    rich_help_panel=PANEL,
+)
+SEED = typer.Option(0, "--seed", help="Seed of every random draw.", rich_help_panel=PANEL)
+PROMPT_DIST = typer.Option(
+    None,
+    "--prompt-dist",
+    help=f"Prompt length distribution without a trace (default {DEFAULT_PROMPT_DIST}).",
+    rich_help_panel=PANEL,
+)
+OUTPUT_DIST = typer.Option(
+    None,
+    "--output-dist",
+    help=f"Output length distribution without a trace (default {DEFAULT_OUTPUT_DIST}).",
+    rich_help_panel=PANEL,
+)
+
+
+@dataclass(slots=True, frozen=True)
+class Traffic:
+    """The schedule to send, the load report when it came from a trace (None for synthetic
+    traffic), a one-line description for logs and results, and ``at_rate(r)``: the same traffic
+    at another mean rate (a recorded trace rescaled, new Poisson/gamma draws otherwise), for
+    rate searches that must not reload the trace."""
+
+    schedule: Schedule
+    report: LoadReport | None
+    description: str
+    rebuild: Callable[[float], Schedule]
+
+    def at_rate(self, rate_per_s: float) -> Schedule:
+        """The schedule at ``rate_per_s`` requests/s, all else (seed, bounds) unchanged."""
+        return self.rebuild(parse_positive_float(rate_per_s, option="--rate"))
+
+
+def traffic_from_options(
+    *,
+    trace: Path | str | None = None,
+    format: str | None = None,
+    columns: str | None = None,
+    arrivals: str | None = None,
+    rate: float | None = None,
+    burstiness: float = 1.0,
+    time_scale: float = 1.0,
+    window: str | None = None,
+    requests: int | None = None,
+    duration: str | None = None,
+    max_model_len: str | int | None = None,
+    on_long: str = "error",
+    strict: bool = False,
+    seed: int = 0,
+    prompt_dist: str | None = None,
+    output_dist: str | None = None,
+    default_requests: int | None = None,
+    on_warning: Callable[[str], None] | None = None,
+) -> Traffic:
+    """Turn the option values (as typer hands them) into the traffic to send.
+
+    With ``trace``: load it and replay it (see :class:`ReplayOptions`). Without: synthetic
+    Poisson/gamma traffic at ``rate`` from the two length distributions, bounded by
+    ``requests``, ``duration`` or else ``default_requests``. Raises UserError subclasses.
+    """
+    duration_s = parse_duration_s(duration, option="--duration") if duration else None
+    if rate is not None:
+        rate = parse_positive_float(rate, option="--rate")
+    burstiness = parse_positive_float(burstiness, option="--burstiness")
+    time_scale = parse_positive_float(time_scale, option="--time-scale")
+    if requests is not None and requests <= 0:
+        raise SpecError(f"--requests: must be positive, got {requests}")
+    if trace is None:
+        return _synthetic(
+            arrivals,
+            rate,
+            burstiness,
+            time_scale,
+            window,
+            requests or default_requests,
+            duration_s,
+            seed,
+            prompt_dist,
+            output_dist,
+            (format, columns, max_model_len, strict),
+        )
+    if prompt_dist is not None or output_dist is not None:
+        raise SpecError("--prompt-dist/--output-dist: not with --trace (the trace gives lengths)")
+    if on_long not in ON_LONG_CHOICES:
+        raise SpecError(
+            f"--on-long: unknown value {on_long!r}; use one of {', '.join(ON_LONG_CHOICES)}"
+        )
+    max_len = (
+        parse_tokens(str(max_model_len), option="--max-model-len")
+        if max_model_len is not None
+        else None
+    )
+    loaded, report = load_trace(
+        trace,
+        format=format,
+        columns=columns,
+        max_model_len=max_len,
+        on_long=on_long,
+        strict=strict,
+        on_warning=on_warning,
+    )
+    options = ReplayOptions(
+        arrivals=arrivals,
+        rate_per_s=rate,
+        burstiness=burstiness,
+        time_scale=time_scale,
+        window_s=parse_window(window) if window else None,
+        requests=requests,
+        duration_s=duration_s,
+        seed=seed,
+    )
+    schedule = schedule_from_trace(loaded, options)
+    mode = arrivals or ("recorded" if loaded.has_arrivals else "poisson")
+    how = mode
+    if mode == "recorded" and rate is not None:
+        how += f" rescaled to {rate:g}/s"
+    elif mode == "recorded" and time_scale != 1.0:
+        how += f" x{time_scale:g}"
+    elif mode != "recorded":
+        how += f" at {rate:g}/s"
+    description = f"{Path(str(trace)).name} ({report.format}), {how}, {len(schedule):,} requests"
+
+    def rebuild(rate_per_s: float) -> Schedule:
+        again = replace(options, rate_per_s=rate_per_s, time_scale=1.0)
+        return schedule_from_trace(loaded, again)
+
+    return Traffic(schedule, report, description, rebuild)
+
+
+def schedule_from_options(**values: object) -> Schedule:
+    """:func:`traffic_from_options` for callers that want only the schedule."""
+    return traffic_from_options(**values).schedule  # type: ignore[arg-type]
+
+
+def _synthetic(
+    arrivals: str | None,
+    rate: float | None,
+    burstiness: float,
+    time_scale: float,
+    window: str | None,
+    requests: int | None,
+    duration_s: float | None,
+    seed: int,
+    prompt_dist: str | None,
+    output_dist: str | None,
+    trace_only: tuple[object, ...],
+) -> Traffic:
+    names = ("--format", "--columns", "--max-model-len", "--strict")
+    for name, value in zip(names, trace_only, strict=True):
+        if value:
+            raise SpecError(f"{name}: applies to --trace only")
+    if window:
+        raise SpecError("--window: applies to --trace only")
+    if time_scale != 1.0:
+        raise SpecError("--time-scale: applies to recorded traces only (give --trace)")
+    process = (arrivals or "poisson").strip().lower()
+    if process == "recorded":
+        raise SpecError("--arrivals recorded: needs --trace FILE")
+    if process not in ("poisson", "gamma"):
+        raise SpecError(f"--arrivals: unknown mode {arrivals!r}; use poisson or gamma")
+    if rate is None:
+        raise SpecError("--rate: required for synthetic traffic (or give --trace FILE)")
+    prompt = parse_length_dist(prompt_dist or DEFAULT_PROMPT_DIST, option="--prompt-dist")
+    output = parse_length_dist(output_dist or DEFAULT_OUTPUT_DIST, option="--output-dist")
+
+    def rebuild(rate_per_s: float) -> Schedule:
+        trace = synthesize(
+            prompt_dist=prompt,
+            output_dist=output,
+            rate_per_s=rate_per_s,
+            requests=requests,
+            duration_s=duration_s,
+            seed=seed,
+            arrivals=process,
+            burstiness=burstiness,
+        )
+        assert trace.arrival_s is not None
+        return Schedule(
+            target_s=trace.arrival_s,
+            prompt_tokens=trace.prompt_tokens,
+            output_tokens=trace.output_tokens,
+        )
+
+    schedule = rebuild(rate)
+    description = (
+        f"synthetic {process} at {rate:g}/s, prompt {prompt.spec}, output {output.spec}, "
+        f"{len(schedule):,} requests"
+    )
+    return Traffic(schedule, None, description, rebuild)

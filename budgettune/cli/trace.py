@@ -1,0 +1,194 @@
+"""`budgettune trace synth` and `budgettune trace inspect`: make a synthetic trace file, and
+summarise any trace (table and terminal histograms, or ``--json``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from budgettune.cli import app
+from budgettune.cli._common import console, console_err, print_json
+from budgettune.cli._trace_options import (
+    BURSTINESS,
+    COLUMNS,
+    DEFAULT_OUTPUT_DIST,
+    DEFAULT_PROMPT_DIST,
+    DURATION,
+    FORMAT,
+    MAX_MODEL_LEN,
+    ON_LONG,
+    REQUESTS,
+    SEED,
+    STRICT,
+)
+from budgettune.trace.dists import parse_length_dist
+from budgettune.trace.inspect import Histogram, LengthStats, TraceStats, trace_stats
+from budgettune.trace.load import load_trace
+from budgettune.trace.synth import synthesize, write_jsonl
+from budgettune.units import parse_duration_s, parse_positive_float, parse_tokens
+
+trace_app = typer.Typer(
+    name="trace",
+    help="Synthesize and inspect traffic traces (Azure, Mooncake, BurstGPT, Vidur, vllm bench, "
+    "budgettune JSONL, any CSV).",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+)
+app.add_typer(trace_app, name="trace")
+
+
+def _warn(message: str) -> None:
+    console_err.print(f"[yellow]warning:[/yellow] {message}", highlight=False)
+
+
+@trace_app.command("synth")
+def synth(
+    output: Path = typer.Option(
+        ..., "-o", "--output", help="File to write (budgettune JSON Lines); - for stdout."
+    ),
+    prompt_dist: str = typer.Option(
+        DEFAULT_PROMPT_DIST, "--prompt-dist", help="Prompt length distribution."
+    ),
+    output_dist: str = typer.Option(
+        DEFAULT_OUTPUT_DIST, "--output-dist", help="Output length distribution."
+    ),
+    rate: float = typer.Option(..., "--rate", help="Mean arrival rate, requests/s."),
+    requests: int | None = REQUESTS,
+    duration: str | None = DURATION,
+    arrivals: str = typer.Option("poisson", "--arrivals", help="poisson | gamma."),
+    burstiness: float = BURSTINESS,
+    prefix_groups: int = typer.Option(
+        0, "--prefix-groups", help="Requests share one of this many prefixes (0: none)."
+    ),
+    prefix_tokens: str = typer.Option(
+        "0", "--prefix-tokens", help="Length of each shared prefix, tokens (e.g. 512 or 2k)."
+    ),
+    seed: int = SEED,
+) -> None:
+    """Write a seeded synthetic trace (Poisson or gamma arrivals, lengths from distributions)."""
+    trace = synthesize(
+        prompt_dist=parse_length_dist(prompt_dist, option="--prompt-dist"),
+        output_dist=parse_length_dist(output_dist, option="--output-dist"),
+        rate_per_s=parse_positive_float(rate, option="--rate"),
+        requests=requests,
+        duration_s=parse_duration_s(duration, option="--duration") if duration else None,
+        seed=seed,
+        arrivals=arrivals.strip().lower(),
+        burstiness=parse_positive_float(burstiness, option="--burstiness"),
+        prefix_groups=prefix_groups,
+        prefix_tokens=parse_tokens(prefix_tokens, option="--prefix-tokens"),
+    )
+    write_jsonl(trace, output)
+    if str(output) != "-":
+        stats = trace_stats(trace)
+        console_err.print(
+            f"wrote {len(trace):,} requests to {output} "
+            f"({stats.span_s or 0:.1f} s, {stats.rate_per_s or 0:.2f} requests/s, "
+            f"prompt mean {stats.prompt_tokens.mean:.0f}, output mean "
+            f"{stats.output_tokens.mean:.0f} tokens)",
+            highlight=False,
+        )
+
+
+@trace_app.command("inspect")
+def inspect(
+    file: Path = typer.Argument(..., help="Trace file (format detected from content)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON document, no tables."),
+    format: str | None = FORMAT,
+    columns: str | None = COLUMNS,
+    max_model_len: str | None = MAX_MODEL_LEN,
+    on_long: str = ON_LONG,
+    strict: bool = STRICT,
+) -> None:
+    """Summarise a trace: size, rate, burstiness, length percentiles, histograms."""
+    trace, report = load_trace(
+        file,
+        format=format,
+        columns=columns,
+        max_model_len=(
+            parse_tokens(max_model_len, option="--max-model-len") if max_model_len else None
+        ),
+        on_long=on_long,
+        strict=strict,
+        on_warning=_warn,
+    )
+    stats = trace_stats(trace)
+    if as_json:
+        print_json(stats.to_json())
+        return
+    console.print(f"[bold]{file}[/bold]: {report.summary()}", highlight=False)
+    console.print(_summary_table(stats))
+    for title, histogram in (
+        ("prompt tokens", stats.prompt_histogram),
+        ("output tokens", stats.output_histogram),
+    ):
+        console.print(_histogram_table(title, histogram))
+
+
+def _fmt(value: float | None, spec: str, unit: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{unit}"
+
+
+def _summary_table(stats: TraceStats) -> Table:
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("requests", f"{stats.requests:,}")
+    table.add_row("time span", _fmt(stats.span_s, ",.1f", " s"))
+    table.add_row("mean rate", _fmt(stats.rate_per_s, ".3f", " requests/s"))
+    table.add_row("inter-arrival CV", _fmt(stats.interarrival_cv, ".2f", "  (1 = Poisson)"))
+
+    def num(value: float) -> str:
+        return f"{value:,.0f}" if value == round(value) else f"{value:,.1f}"
+
+    def lengths(s: LengthStats) -> str:
+        return (
+            f"mean {num(s.mean)}  p50 {num(s.p50)}  p90 {num(s.p90)}  p99 {num(s.p99)}  "
+            f"max {s.max:,}"
+        )
+
+    table.add_row("prompt tokens", lengths(stats.prompt_tokens))
+    table.add_row("output tokens", lengths(stats.output_tokens))
+    shares = "  ".join(f"> {b:,}: {share:.1%}" for b, share in stats.prompt_share_above)
+    table.add_row("prompts above", shares)
+    if stats.shared_prefix_share is None:
+        table.add_row("shared prefix", "none recorded")
+    else:
+        table.add_row(
+            "shared prefix",
+            f"{stats.shared_prefix_share:.1%} of requests, "
+            f"{stats.shared_prefix_token_share or 0:.1%} of prompt tokens",
+        )
+    return table
+
+
+_BAR_WIDTH = 40
+_EIGHTHS = " ▏▎▍▌▋▊▉"
+
+
+def _bar(fraction: float) -> str:
+    eighths = round(fraction * _BAR_WIDTH * 8)
+    return "█" * (eighths // 8) + (_EIGHTHS[eighths % 8] if eighths % 8 else "")
+
+
+def _histogram_table(title: str, histogram: Histogram) -> Table:
+    table = Table(title=title, title_justify="left", show_header=False, box=None)
+    table.add_column(justify="right")
+    table.add_column(no_wrap=True)
+    table.add_column(justify="right")
+    table.add_column(justify="right", style="dim")
+    total = sum(histogram.counts) or 1
+    peak = max(histogram.counts) or 1
+    for low, high, count in zip(
+        histogram.edges, histogram.edges[1:], histogram.counts, strict=False
+    ):
+        table.add_row(
+            f"{low:,}-{high - 1:,}",
+            Text(_bar(count / peak), style="cyan"),
+            f"{count:,}",
+            f"{count / total:.1%}",
+        )
+    return table

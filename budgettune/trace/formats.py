@@ -1,0 +1,132 @@
+"""Trace file formats by name (:data:`FORMATS`, for ``--format``) and detection of a file's
+format from its content (:func:`detect_format`).
+
+Readers (in :mod:`~budgettune.trace.csvformats` and :mod:`~budgettune.trace.jsonformats`)
+return :class:`~budgettune.trace.schema.RawRows`; the checks common to every format live in
+:mod:`budgettune.trace.load`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from budgettune.errors import SpecError, TraceError
+from budgettune.trace import csvformats, jsonformats
+from budgettune.trace.blocks import read_csv_header, read_head
+from budgettune.trace.schema import RawRows
+
+Reader = Callable[[str, str | None], RawRows]
+
+
+@dataclass(frozen=True, slots=True)
+class TraceFormat:
+    """A readable format: its name (for --format), a one-line description, and its reader."""
+
+    name: str
+    description: str
+    read: Reader
+
+
+FORMATS: dict[str, TraceFormat] = {
+    f.name: f
+    for f in (
+        TraceFormat(
+            "budgettune",
+            "JSON Lines: arrival_s, prompt_tokens, output_tokens",
+            jsonformats.read_budgettune,
+        ),
+        TraceFormat(
+            "azure",
+            "Azure LLM inference CSV 2023/2024 (TIMESTAMP,ContextTokens,GeneratedTokens)",
+            csvformats.read_azure,
+        ),
+        TraceFormat(
+            "mooncake",
+            "Mooncake/FAST'25 JSON Lines (timestamp ms, input_length, output_length, hash_ids)",
+            jsonformats.read_mooncake,
+        ),
+        TraceFormat(
+            "burstgpt",
+            "BurstGPT CSV (Timestamp, Request tokens, Response tokens)",
+            csvformats.read_burstgpt,
+        ),
+        TraceFormat(
+            "vidur",
+            "Vidur/Sarathi CSV ([arrived_at,]num_prefill_tokens,num_decode_tokens)",
+            csvformats.read_vidur,
+        ),
+        TraceFormat(
+            "vllm-bench",
+            "vllm bench serve --save-result --save-detailed JSON",
+            jsonformats.read_vllm_bench,
+        ),
+        TraceFormat(
+            "csv",
+            "any CSV, columns named by --columns arrival=..,prompt=..,output=..",
+            csvformats.read_plain_csv,
+        ),
+    )
+}
+
+
+def get_format(name: str) -> TraceFormat:
+    """The format called ``name``; SpecError listing the known names otherwise."""
+    key = name.strip().lower()
+    if key not in FORMATS:
+        raise SpecError(
+            f"--format: unknown trace format {name!r}; known formats: {', '.join(FORMATS)}"
+        )
+    return FORMATS[key]
+
+
+def detect_format(path: str) -> str:
+    """The format of ``path`` judged from its first line (header or first JSON object)."""
+    head = read_head(path)
+    first = next((line.strip() for line in head.split(b"\n") if line.strip()), b"")
+    known = ", ".join(FORMATS)
+    if not first:
+        raise TraceError("empty file", path=path)
+    if first[:1] in (b"{", b"["):
+        try:
+            obj = json.loads(first)
+        except ValueError:
+            obj = None  # a pretty-printed document spans lines
+        if obj is None:
+            # a JSON document over several lines (or longer than the head): vllm bench results
+            if b'"input_lens"' in head:
+                return "vllm-bench"
+            raise TraceError(
+                f"JSON that is not a known trace format; known formats: {known}", path=path
+            )
+        if isinstance(obj, dict) and "input_lens" in obj:
+            return "vllm-bench"
+        if isinstance(obj, dict):
+            if "hash_ids" in obj or {"input_length", "output_length"} <= obj.keys():
+                return "mooncake"
+            if "prompt_tokens" in obj:
+                return "budgettune"
+        keys = ", ".join(obj) if isinstance(obj, dict) else type(obj).__name__
+        raise TraceError(
+            f"cannot tell the format from a JSON line with keys {keys}; known formats: {known}",
+            path=path,
+            line=1,
+        )
+    header = read_csv_header(head, path)
+    names = {name.lower() for name in header.names}
+    if {"timestamp", "contexttokens", "generatedtokens"} <= names:
+        return "azure"
+    if {"request tokens", "response tokens"} <= names:
+        return "burstgpt"
+    if {"num_prefill_tokens", "num_decode_tokens"} <= names:
+        return "vidur"
+    if {"prompt_tokens", "output_tokens"} <= names:
+        return "csv"
+    raise TraceError(
+        f"cannot tell the format from the header {','.join(header.names)!r}; "
+        f"known formats: {known}",
+        path=path,
+        line=header.line,
+        hint="for your own CSV name the columns: --columns arrival=COL,prompt=COL,output=COL",
+    )

@@ -1,0 +1,192 @@
+"""The in-memory trace: one request per row, columnar numpy arrays, plus the report of its loading.
+
+A :class:`Trace` is plain validated data; readers in :mod:`budgettune.trace.formats` build it,
+:mod:`budgettune.trace.replay` turns it into a send schedule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(slots=True, frozen=True)
+class TraceRequest:
+    """One request of a trace. ``arrival_s`` is None for a lengths-only trace; prefix_group -1
+    means no shared prefix (then prefix_tokens is 0)."""
+
+    prompt_tokens: int
+    output_tokens: int
+    arrival_s: float | None = None
+    prefix_group: int = -1
+    prefix_tokens: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class Trace:
+    """Parallel arrays, one row per request.
+
+    arrival_s: seconds from the first request (first = 0.0), non-decreasing; None when the
+    source has no timestamps. prefix_group / prefix_tokens: requests of one group >= 0 share
+    their first prefix_tokens prompt tokens (as in :class:`~budgettune.trace.schedule.Schedule`).
+    source / format: where it came from, for messages and results.
+    """
+
+    prompt_tokens: IntArray
+    output_tokens: IntArray
+    arrival_s: FloatArray | None = None
+    prefix_group: IntArray | None = None
+    prefix_tokens: IntArray | None = None
+    source: str = ""
+    format: str = ""
+
+    def __post_init__(self) -> None:
+        n = len(self.prompt_tokens)
+        for name in ("output_tokens", "arrival_s", "prefix_group", "prefix_tokens"):
+            column = getattr(self, name)
+            if column is not None and len(column) != n:
+                raise ValueError(f"Trace.{name} has {len(column)} rows, prompt_tokens has {n}")
+        if (self.prefix_group is None) != (self.prefix_tokens is None):
+            raise ValueError("Trace.prefix_group and prefix_tokens come together")
+
+    def __len__(self) -> int:
+        return len(self.prompt_tokens)
+
+    @property
+    def has_arrivals(self) -> bool:
+        return self.arrival_s is not None
+
+    @property
+    def has_prefixes(self) -> bool:
+        return self.prefix_group is not None
+
+    def __getitem__(self, index: int) -> TraceRequest:
+        return TraceRequest(
+            prompt_tokens=int(self.prompt_tokens[index]),
+            output_tokens=int(self.output_tokens[index]),
+            arrival_s=None if self.arrival_s is None else float(self.arrival_s[index]),
+            prefix_group=-1 if self.prefix_group is None else int(self.prefix_group[index]),
+            prefix_tokens=0 if self.prefix_tokens is None else int(self.prefix_tokens[index]),
+        )
+
+    def __iter__(self) -> Iterator[TraceRequest]:
+        for index in range(len(self)):
+            yield self[index]
+
+    def take(self, index: npt.ArrayLike) -> Trace:
+        """The rows at ``index`` (an index array or a boolean mask), in that order."""
+        idx = np.asarray(index)
+
+        def pick(column: npt.NDArray[np.generic] | None) -> npt.NDArray[np.generic] | None:
+            return None if column is None else column[idx]
+
+        return Trace(
+            prompt_tokens=self.prompt_tokens[idx],
+            output_tokens=self.output_tokens[idx],
+            arrival_s=pick(self.arrival_s),  # type: ignore[arg-type]
+            prefix_group=pick(self.prefix_group),  # type: ignore[arg-type]
+            prefix_tokens=pick(self.prefix_tokens),  # type: ignore[arg-type]
+            source=self.source,
+            format=self.format,
+        )
+
+    @classmethod
+    def from_requests(
+        cls, requests: list[TraceRequest], *, source: str = "", format: str = ""
+    ) -> Trace:
+        """Build a trace from row objects (tests, small programs). Arrivals are kept only when
+        every request has one; they are used as given (not re-zeroed or sorted)."""
+        arrivals = [r.arrival_s for r in requests]
+        has_prefix = any(r.prefix_group >= 0 for r in requests)
+        return cls(
+            prompt_tokens=np.array([r.prompt_tokens for r in requests], dtype=np.int64),
+            output_tokens=np.array([r.output_tokens for r in requests], dtype=np.int64),
+            arrival_s=(
+                np.array(arrivals, dtype=np.float64)
+                if requests and all(a is not None for a in arrivals)
+                else None
+            ),
+            prefix_group=(
+                np.array([r.prefix_group for r in requests], dtype=np.int64) if has_prefix else None
+            ),
+            prefix_tokens=(
+                np.array([r.prefix_tokens for r in requests], dtype=np.int64)
+                if has_prefix
+                else None
+            ),
+            source=source,
+            format=format,
+        )
+
+
+@dataclass(slots=True, frozen=True)
+class LoadReport:
+    """What loading a trace did besides reading it: rows skipped (with the reason), timestamps
+    that went backwards (then sorted), prompts clipped or dropped for --max-model-len, warnings."""
+
+    path: str
+    format: str
+    requests: int
+    skipped: tuple[tuple[str, int], ...] = ()
+    out_of_order: int = 0
+    clipped: int = 0
+    dropped: int = 0
+    max_model_len: int | None = None
+    warnings: tuple[str, ...] = field(default=())
+
+    def summary(self) -> str:
+        """One line for terminals: "1,234 requests (azure); skipped 3 rows with ...; clipped 2"."""
+        parts = [f"{self.requests:,} requests ({self.format})"]
+        parts += [
+            f"skipped {count:,} rows with {reason}" for reason, count in self.skipped if count
+        ]
+        if self.out_of_order:
+            parts.append(f"sorted {self.out_of_order:,} out-of-order timestamps")
+        if self.clipped:
+            parts.append(f"clipped {self.clipped:,} longer than max-model-len {self.max_model_len}")
+        if self.dropped:
+            parts.append(f"dropped {self.dropped:,} longer than max-model-len {self.max_model_len}")
+        return "; ".join(parts)
+
+
+@dataclass(slots=True)
+class RawRows:
+    """Columns as read, one entry per row, before the common checks. ``line_numbers`` holds the
+    file line of each row, or for a single JSON document (vllm-bench) the list index, in which
+    case ``indexed`` is True and messages say ``field[index]`` instead of a line."""
+
+    prompt: IntArray
+    output: IntArray
+    line_numbers: IntArray
+    prompt_field: str
+    output_field: str
+    arrival_s: FloatArray | None = None
+    arrival_field: str = ""
+    prefix_group: IntArray | None = None
+    prefix_tokens: IntArray | None = None
+    skipped: list[tuple[str, int]] = field(default_factory=list)
+    indexed: bool = False
+
+    def where(self, row: int, field_name: str) -> dict[str, Any]:
+        """TraceError keyword arguments locating ``row`` (an index into these arrays)."""
+        if self.indexed:
+            return {"line": None, "field": f"{field_name}[{int(self.line_numbers[row])}]"}
+        return {"line": int(self.line_numbers[row]), "field": field_name}
+
+    def keep(self, mask: np.ndarray) -> None:
+        """Keep only the rows where ``mask`` is true (in place)."""
+        self.prompt = self.prompt[mask]
+        self.output = self.output[mask]
+        self.line_numbers = self.line_numbers[mask]
+        if self.arrival_s is not None:
+            self.arrival_s = self.arrival_s[mask]
+        if self.prefix_group is not None and self.prefix_tokens is not None:
+            self.prefix_group = self.prefix_group[mask]
+            self.prefix_tokens = self.prefix_tokens[mask]
