@@ -2,6 +2,4 @@
 
 from budgettune.cli import roofline  # noqa: F401
 from budgettune.cli import tiny_model  # noqa: F401
-from budgettune.cli import simulate  # noqa: F401
-from budgettune.cli import profile  # noqa: F401
 from budgettune.cli import trace  # noqa: F401
