@@ -485,7 +485,10 @@ class Scheduler:
             emitted_ids.extend(first)
         self.iterations += 1
         self._alloc_tick = self.ticks  # also when every planned decoder was preempted
-        self._decode_only_stable = bool(plan.decodes) and not plan.chunks and not plan.preempted
+        # A finish frees a sequence slot and blocks, which may unblock an admission next time.
+        self._decode_only_stable = (
+            bool(plan.decodes) and not plan.chunks and not plan.preempted and not finished
+        )
         return IterationOutcome(
             plan.index, plan.tokens, emitted, first, finished, plan.preempted, emitted_ids
         )
@@ -496,7 +499,7 @@ class Scheduler:
         """Iterations ahead that are sure to be decode-only with no finish and no preemption,
         if nothing is added: the last iteration was decode-only, so admissions are blocked
         (or none wait) until a request finishes. 0 when unsure."""
-        if not self._decode_only_stable or self._in_flight is not None:
+        if not self._decode_only_stable or self._in_flight is not None or not self._decoding:
             return 0
         heap = self._finish_ticks
         while heap and heap[0] not in self._finish:
