@@ -1,0 +1,346 @@
+"""`budgettune replay`: replay traffic against one engine (launched for one budget, or --url) and
+show TTFT/TBT/TPOT/E2E percentiles, failures and the load generator's self-check."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich import box
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from budgettune.cli import _trace_options as to
+from budgettune.cli import app
+from budgettune.cli._common import console, console_err, print_json
+from budgettune.engine.base import DEFAULT_HEALTH_TIMEOUT_S, EngineHandle, LaunchSpec, StartProgress
+from budgettune.errors import SpecError
+from budgettune.hardware import resolve_gpu, resolve_model
+from budgettune.load.runner import MERGED_MODES, RunOptions, RunProgress
+from budgettune.pipeline.replay import ReplayConfig, ReplayResult, run_replay
+from budgettune.pipeline.simulate import parse_budgets
+from budgettune.units import format_ms, parse_duration_s, parse_tokens
+
+ENGINE_PANEL = "Engine"
+RUN_PANEL = "Load generator"
+
+
+@app.command()
+def replay(
+    engine: str = typer.Option(
+        "sim", "--engine", help="Engine to launch: sim (built in). --url measures your own "
+        "server instead.", rich_help_panel=ENGINE_PANEL,
+    ),
+    url: str | None = typer.Option(
+        None, "--url", help="Measure a running OpenAI-compatible server (e.g. "
+        "http://127.0.0.1:8000); nothing is launched.", rich_help_panel=ENGINE_PANEL,
+    ),
+    budget: str | None = typer.Option(
+        None, "--budget", help="Token budget for the launched engine (vLLM "
+        "--max-num-batched-tokens), e.g. 512 or 2k; 'none' = no chunking. Default: the "
+        "engine's own.", rich_help_panel=ENGINE_PANEL,
+    ),
+    max_num_seqs: int | None = typer.Option(
+        None, "--max-num-seqs", min=1, help="Most running sequences (engine default if unset).",
+        rich_help_panel=ENGINE_PANEL,
+    ),
+    model: str | None = typer.Option(
+        None, "--model", help="Model for the launched engine (sim: a preset or config.json; "
+        "default llama-3.1-8b).", rich_help_panel=ENGINE_PANEL,
+    ),
+    gpu: str | None = typer.Option(
+        None, "--gpu", help="GPU preset for the sim engine (default h100-sxm).",
+        rich_help_panel=ENGINE_PANEL,
+    ),
+    port: int | None = typer.Option(
+        None, "--port", help="Port for the launched engine (default: a free one).",
+        rich_help_panel=ENGINE_PANEL,
+    ),
+    engine_arg: list[str] = typer.Option(
+        [], "--engine-arg", help="Extra engine flags, repeatable, e.g. --engine-arg "
+        "'--time-scale 0.5' (split like a shell, never run through one).",
+        rich_help_panel=ENGINE_PANEL,
+    ),
+    health_timeout: str = typer.Option(
+        f"{DEFAULT_HEALTH_TIMEOUT_S:g}s", "--health-timeout", help="How long to wait for the "
+        "engine to become healthy.", rich_help_panel=ENGINE_PANEL,
+    ),
+    trace: Path | None = to.TRACE,
+    format: str | None = to.FORMAT,
+    columns: str | None = to.COLUMNS,
+    arrivals: str | None = to.ARRIVALS,
+    rate: float | None = to.RATE,
+    burstiness: float = to.BURSTINESS,
+    time_scale: float = to.TIME_SCALE,
+    window: str | None = to.WINDOW,
+    requests: int | None = to.REQUESTS,
+    duration: str | None = to.DURATION,
+    max_model_len: str | None = to.MAX_MODEL_LEN,
+    on_long: str = to.ON_LONG,
+    strict: bool = to.STRICT,
+    seed: int = to.SEED,
+    prompt_dist: str | None = to.PROMPT_DIST,
+    output_dist: str | None = to.OUTPUT_DIST,
+    warmup: int = typer.Option(
+        0, "--warmup", min=0, help="Leave the first N requests out of the statistics.",
+        rich_help_panel=RUN_PANEL,
+    ),
+    merged_chunks: str = typer.Option(
+        "spread", "--merged-chunks", help="A stream chunk carrying k > 1 tokens: spread its "
+        "gap evenly over the k tokens, or first (one real gap, k - 1 zero gaps).",
+        rich_help_panel=RUN_PANEL,
+    ),
+    max_error_rate: float | None = typer.Option(
+        None, "--max-error-rate", help="Abort once more than this share (0-1) of finished "
+        "requests failed (checked from 10 finished).", rich_help_panel=RUN_PANEL,
+    ),
+    request_timeout: str = typer.Option(
+        "300s", "--request-timeout", help="Fail a request when its stream stalls this long.",
+        rich_help_panel=RUN_PANEL,
+    ),
+    output: Path | None = typer.Option(
+        None, "--output", "-o", help="Folder for results.json and the engine log (default "
+        "reports/replay-<date-time>).", rich_help_panel=RUN_PANEL,
+    ),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print one JSON document (a simulate point plus the self-check)."
+    ),
+) -> None:  # fmt: skip
+    """Replay traffic on a live engine and measure TTFT, TBT, TPOT and E2E percentiles.
+
+    Launches the engine for one budget (or measures --url), sends each request at its
+    scheduled time with exact prompt and output lengths, and writes results.json with every
+    request's raw token times.
+    """
+    if merged_chunks not in MERGED_MODES:
+        raise SpecError(f"--merged-chunks: unknown mode {merged_chunks!r}; use spread or first")
+    engine_name = engine.strip().lower()
+    if url is not None:
+        if engine_name not in ("sim", "external"):
+            raise SpecError(f"--url: measures a running server; drop --engine {engine}")
+        engine_name = "external"
+        for option, value in (("--budget", budget), ("--port", port), ("--model", model)):
+            if value is not None:
+                raise SpecError(f"{option}: not with --url (the server is already configured)")
+    budget_tokens: int | None = None  # None with chunked: the engine's default budget
+    chunked = True
+    if budget is not None:
+        budgets = parse_budgets(budget, option="--budget")
+        if len(budgets) != 1:
+            raise SpecError(f"--budget: one budget per replay, got {budget!r} (see `sweep`)")
+        budget_tokens = budgets[0]
+        chunked = budget_tokens is not None
+    traffic = to.traffic_from_options(
+        trace=trace, format=format, columns=columns, arrivals=arrivals, rate=rate,
+        burstiness=burstiness, time_scale=time_scale, window=window, requests=requests,
+        duration=duration, max_model_len=max_model_len, on_long=on_long, strict=strict,
+        seed=seed, prompt_dist=prompt_dist, output_dist=output_dist, default_requests=200,
+        on_warning=lambda text: console_err.print(f"[yellow]warning:[/yellow] {text}"),
+    )  # fmt: skip
+    if warmup >= len(traffic.schedule):
+        raise SpecError(f"--warmup: {warmup} leaves none of {len(traffic.schedule)} requests")
+    out_dir = output or Path("reports") / _dt.datetime.now().strftime("replay-%Y%m%d-%H%M%S")
+    label = "default" if budget is None else str(budget_tokens or "none")
+    model_len = parse_tokens(max_model_len, option="--max-model-len") if max_model_len else None
+    extra: list[str] = []
+    for item in engine_arg:
+        extra += shlex.split(item)
+    spec = LaunchSpec(
+        budget_tokens=budget_tokens,
+        chunked_prefill=chunked,
+        max_num_seqs=max_num_seqs,
+        model=model,
+        gpu=gpu,
+        max_model_len=model_len,
+        port=port,
+        extra_args=tuple(extra),
+        log_path=out_dir / f"engine-{label}.log",
+        health_timeout_s=parse_duration_s(health_timeout, option="--health-timeout"),
+        url=url,
+    )
+    run = RunOptions(
+        merged_chunks=merged_chunks,
+        max_error_rate=max_error_rate,
+        request_timeout_s=parse_duration_s(request_timeout, option="--request-timeout"),
+        seed=seed,
+        warmup_requests=warmup,
+    )
+    hardware = _hardware(engine_name, model, gpu)
+    config = ReplayConfig(
+        engine=engine_name,
+        spec=spec,
+        run=run,
+        traffic=traffic.description,
+        output_dir=out_dir,
+        command=("budgettune", *sys.argv[1:]),
+        config=dict(
+            engine=engine_name, url=url, budget=budget_tokens, chunked_prefill=chunked,
+            max_num_seqs=max_num_seqs,
+            model=model, gpu=gpu, engine_args=extra, trace=str(trace) if trace else None,
+            format=format, arrivals=arrivals, rate=rate, burstiness=burstiness,
+            time_scale=time_scale, window=window, requests=requests, duration=duration,
+            max_model_len=max_model_len, on_long=on_long, seed=seed, prompt_dist=prompt_dist,
+            output_dist=output_dist, warmup=warmup, merged_chunks=merged_chunks,
+            max_error_rate=max_error_rate, request_timeout=request_timeout,
+        ),
+        hardware=hardware,
+    )  # fmt: skip
+    result = _run_with_progress(config, traffic.schedule, len(traffic.schedule))
+    if as_json:
+        print_json(result.to_json())
+    else:
+        _print_summary(result, traffic.description)
+    _finish(result)
+
+
+def _hardware(engine: str, model: str | None, gpu: str | None) -> dict[str, Any] | None:
+    """GPU and model facts for the sim engine (an external server's hardware is unknown)."""
+    if engine != "sim":
+        return None
+    shape = resolve_model(model or "llama-3.1-8b")
+    card = resolve_gpu(gpu or "h100-sxm")
+    return {
+        "gpu": card.name,
+        "peak_tflops": card.peak_flops / 1e12,
+        "bandwidth_tbs": card.bandwidth_bytes_per_s / 1e12,
+        "memory_gb": card.memory_bytes / 1e9,
+        "model": shape.name,
+        "params": shape.params,
+    }
+
+
+def _run_with_progress(config: ReplayConfig, schedule: Any, total: int) -> ReplayResult:
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console_err,
+        transient=True,
+        refresh_per_second=4,  # rendering holds the GIL: keep it rare beside the timing loop
+    ) as progress:
+        start_task = progress.add_task(f"starting {config.engine}", total=None)
+        run_task = progress.add_task("replay", total=total, visible=False)
+
+        def on_start(tick: StartProgress) -> None:
+            last = tick.last_log_line.strip()[-70:]
+            progress.update(
+                start_task, description=f"{tick.engine} {tick.phase} {tick.elapsed_s:.0f}s {last}"
+            )
+
+        def on_ready(handle: EngineHandle) -> None:
+            progress.update(start_task, visible=False)
+            progress.update(run_task, visible=True)
+            console_err.print(
+                f"{handle.engine} {handle.version} ready at {handle.url} (model {handle.model}, "
+                f"{handle.startup_s:.1f} s)", highlight=False,
+            )  # fmt: skip
+
+        def on_progress(tick: RunProgress) -> None:
+            progress.update(
+                run_task,
+                completed=tick.finished,
+                description=f"replay: {tick.sent} sent, {tick.failed} failed",
+            )
+
+        return asyncio.run(
+            run_replay(
+                config, schedule, on_start=on_start, on_ready=on_ready, on_progress=on_progress
+            )
+        )
+
+
+def _ms_cell(value: float | None) -> str:
+    return "-" if value is None else format_ms(value / 1e3)
+
+
+def _print_summary(result: ReplayResult, traffic: str) -> None:
+    doc = result.to_json()
+    engine = result.engine
+    console.print(
+        f"{engine['name']} {engine['version']} at {engine['url']} (model {engine['model']}, "
+        f"budget {engine.get('budget_tokens') or 'default'}); {traffic}",
+        highlight=False,
+    )
+    table = Table(title="Latency (after warm-up)", box=box.SIMPLE_HEAD, padding=(0, 1))
+    table.add_column("metric")
+    for column in ("p50", "p90", "p99", "p99.9", "max"):
+        table.add_column(column, justify="right")
+    for name, key in (("TTFT", "ttft_ms"), ("TBT", "tbt_ms"), ("TPOT", "tpot_ms"),
+                      ("E2E", "e2e_ms")):  # fmt: skip
+        values = doc[key]
+        table.add_row(name, *(_ms_cell(values[k]) for k in ("p50", "p90", "p99", "p999", "max")))
+    console.print(table)
+    throughput = doc["throughput_tokens_per_s"]
+    console.print(
+        f"completed {doc['completed']}, failed {doc['failed']}; output "
+        f"{throughput or 0:,.0f} tokens/s",
+        highlight=False,
+    )
+    for reason, count in result.failure_reasons.items():
+        console.print(f"  [red]{count} failed:[/red] {reason}", highlight=False)
+    check = doc["selfcheck"]
+    lag = check["send_lag_ms"]
+    target = check["target_rate_per_s"]
+    achieved = check["achieved_rate_per_s"]
+    console.print(
+        f"load generator: sent {check['sent']}/{check['scheduled']}, rate "
+        f"{achieved if achieved is not None else float('nan'):.2f}/s of "
+        f"{target if target is not None else float('nan'):.2f}/s target; send lag p50 "
+        f"{lag['p50']} ms, p99 {lag['p99']} ms, max {lag['max']} ms; merged chunks "
+        f"{check['merged_chunks']} of {check['chunks']} ({check['merged_chunks_mode']})",
+        highlight=False,
+    )
+    server = check.get("server") or {}
+    if "ttft" in server or "itl" in server:
+        parts = []
+        for key, client_key, label in (("ttft", "ttft_ms", "TTFT"), ("itl", "tbt_ms", "ITL")):
+            if key in server:
+                s = server[key]
+                parts.append(
+                    f"{label} p50 {_ms_cell(s['p50_ms'])} / p99 {_ms_cell(s['p99_ms'])} "
+                    f"(client {_ms_cell(doc[client_key]['p50'])} / "
+                    f"{_ms_cell(doc[client_key]['p99'])})"
+                )
+        console.print("server /metrics (bucket estimates): " + "; ".join(parts), highlight=False)
+    if result.results_file is not None:
+        console.print(f"results: {result.results_file}", highlight=False)
+
+
+def _finish(result: ReplayResult) -> None:
+    """Warnings and the exit code: 130 when interrupted, 1 when aborted or the engine crashed."""
+    check = result.outcome.selfcheck()
+    if check["merged_chunks_warning"]:
+        console_err.print(
+            f"[yellow]warning:[/yellow] {check['merged_chunk_share']:.1%} of stream chunks "
+            f"carried more than one token ({check['merged_chunks_mode']} applied); TBT "
+            "percentiles depend on that choice",
+            highlight=False,
+        )
+    if result.engine_crashed:
+        console_err.print(f"[bold red]error:[/bold red] {result.engine_crashed}", highlight=False)
+        tail = result.engine.get("log_tail") or ""
+        for line in tail.splitlines()[-10:]:
+            console_err.print(f"    {line}", markup=False, highlight=False)
+        raise typer.Exit(1)
+    reason = result.outcome.stop_reason
+    if reason is None:
+        return
+    if reason.startswith("interrupted"):
+        console_err.print(f"[yellow]{reason}[/yellow]", highlight=False)
+        raise typer.Exit(130)
+    console_err.print(f"[bold red]error:[/bold red] {reason}", highlight=False)
+    raise typer.Exit(1)

@@ -1,0 +1,117 @@
+"""`budgettune serve --engine sim`: run the embedded OpenAI-compatible simulated engine in the
+foreground (Ctrl-C stops it), so any client can be pointed at it."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import typer
+
+from budgettune.cli import _model_options as mo
+from budgettune.cli import app
+from budgettune.cli._common import console, console_err
+from budgettune.engine.sim_server import SimServerConfig, default_budget
+from budgettune.engine.sim_server import serve as serve_sim
+from budgettune.errors import SpecError, UserError
+from budgettune.hardware import resolve_gpu
+from budgettune.pipeline.simulate import parse_budgets
+from budgettune.sim.kvcache import DEFAULT_BLOCK_SIZE, DEFAULT_GPU_MEMORY_UTILIZATION
+from budgettune.units import parse_tokens
+
+SERVABLE = ("sim",)
+
+
+@app.command()
+def serve(
+    engine: str = typer.Option("sim", "--engine", help="Engine to serve: sim (built in)."),
+    budget: str | None = typer.Option(
+        None, "--budget", "--max-num-batched-tokens", help="Token budget per iteration, e.g. "
+        "512 or 2k; 'none' = no chunking. Default: vLLM's (8192 on >= 70 GiB GPUs but A100, "
+        "else 2048).",
+    ),
+    max_num_seqs: int = typer.Option(256, "--max-num-seqs", min=1, help="Most running sequences."),
+    model: str = mo.MODEL,
+    gpu: str = mo.GPU_NAME,
+    dtype: str = mo.DTYPE,
+    compute_efficiency: float = mo.COMPUTE_EFFICIENCY,
+    bandwidth_efficiency: float = mo.BANDWIDTH_EFFICIENCY,
+    overhead_ms: float = mo.OVERHEAD_MS,
+    mode: str = mo.MODE,
+    max_model_len: str | None = typer.Option(
+        None, "--max-model-len", help="Context limit, tokens (default: the model's)."
+    ),
+    gpu_memory_utilization: float = typer.Option(
+        DEFAULT_GPU_MEMORY_UTILIZATION, "--gpu-memory-utilization",
+        help="Share of GPU memory for weights and KV cache, 0-1.",
+    ),
+    block_size: int = typer.Option(DEFAULT_BLOCK_SIZE, "--block-size", help="KV block, tokens."),
+    long_prefill_token_threshold: int = typer.Option(
+        0, "--long-prefill-token-threshold", help="Most prompt tokens per request and "
+        "iteration; 0 = off.",
+    ),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+    port: int = typer.Option(8000, "--port", help="Port to listen on."),
+    served_model_name: str | None = typer.Option(
+        None, "--served-model-name", help="Model id clients name (default: the model's)."
+    ),
+    stream_interval: int = typer.Option(
+        1, "--stream-interval", min=1, help="Write streamed tokens every N (as vLLM)."
+    ),
+    time_scale: float = typer.Option(
+        1.0, "--time-scale", help="Multiply every modeled step time (2 = twice as slow)."
+    ),
+    emission_log: Path | None = typer.Option(
+        None, "--emission-log", help="CSV of every stream write: request, tokens, monotonic s."
+    ),
+) -> None:  # fmt: skip
+    """Serve the simulated engine on an OpenAI-compatible API until Ctrl-C.
+
+    POST /v1/completions (streamed or not), GET /health, /v1/models, /version, /metrics
+    (vLLM metric names). Iterations follow the roofline step-time model in real time.
+    """
+    if engine.strip().lower() not in SERVABLE:
+        raise SpecError(
+            f"--engine: `serve` runs {', '.join(SERVABLE)}; got {engine!r} "
+            "(launch vLLM or SGLang with their own commands)"
+        )
+    if budget is None:
+        budget_tokens: int | None = default_budget(resolve_gpu(gpu))
+    else:
+        budgets = parse_budgets(budget, option="--budget")
+        if len(budgets) != 1:
+            raise SpecError(f"--budget: one budget, got {budget!r}")
+        budget_tokens = budgets[0]
+    config = SimServerConfig(
+        budget_tokens=budget_tokens,
+        max_num_seqs=max_num_seqs,
+        model=model,
+        gpu=gpu,
+        dtype=dtype,
+        max_model_len=parse_tokens(max_model_len, option="--max-model-len")
+        if max_model_len
+        else None,
+        gpu_memory_utilization=gpu_memory_utilization,
+        block_size=block_size,
+        long_prefill_token_threshold=long_prefill_token_threshold,
+        host=host,
+        port=port,
+        served_model_name=served_model_name,
+        time_scale=time_scale,
+        stream_interval=stream_interval,
+        compute_efficiency=compute_efficiency,
+        bandwidth_efficiency=bandwidth_efficiency,
+        overhead_ms=overhead_ms,
+        mode=mode,
+        emission_log=emission_log,
+    )
+
+    def ready(url: str, banner: str) -> None:
+        console.print(banner, highlight=False)
+        console.print(f"serving on {url}/v1 (Ctrl-C stops)", highlight=False)
+
+    try:
+        summary = asyncio.run(serve_sim(config, on_ready=ready))
+    except OSError as exc:
+        raise UserError(f"--port: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    console_err.print(f"stopped; {summary}", highlight=False)
