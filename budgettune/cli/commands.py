@@ -1,6 +1,7 @@
 """Imports every command module so each registers itself on the app."""
 
 from budgettune.cli import (
+    profile,  # noqa: F401
     replay,  # noqa: F401
     roofline,  # noqa: F401
     serve,  # noqa: F401

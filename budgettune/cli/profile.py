@@ -1,0 +1,270 @@
+"""`budgettune profile`: measure iteration time against tokens, fit the ridge and the step-time
+model, and print what they imply for the budget."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from budgettune.cli import app
+from budgettune.cli._common import console, console_err, print_json
+from budgettune.pipeline.profile import ENGINES, ProfileConfig, ProfileOutcome, run_profile
+from budgettune.profile.schema import Profile, profile_to_json
+from budgettune.sim.stepmodel import DEFAULT_BANDWIDTH_EFFICIENCY, DEFAULT_COMPUTE_EFFICIENCY
+from budgettune.units import format_ms, parse_duration_s, parse_int_list, parse_tokens
+
+
+@app.command()
+def profile(
+    model: str = typer.Option(
+        ...,
+        "--model",
+        help="Model preset (llama-3.1-8b, ...), a Hugging Face config.json, or a model folder.",
+    ),
+    engine: str = typer.Option(
+        ..., "--engine", help=f"How to measure: {', '.join(ENGINES)} (analytic: presets only)."
+    ),
+    gpu_name: str = typer.Option(
+        "auto",
+        "--gpu-name",
+        "--gpu",
+        help="GPU label or preset; auto reads nvidia-smi (analytic needs a preset, e.g. h100-sxm).",
+    ),
+    max_tokens: str = typer.Option(
+        "8192", "--max-tokens", help="Largest prefill probe, tokens (default 8192; '8k' = 8000)."
+    ),
+    repeats: int = typer.Option(5, "--repeats", help="Timed repeats of each probe (default 5)."),
+    output: Path | None = typer.Option(
+        None,
+        "-o",
+        "--output",
+        help="Profile JSON to write (a CSV of the raw curve goes beside it). "
+        "Default profiles/<model>_<hardware>[_<engine>].json.",
+    ),
+    max_batch: int = typer.Option(
+        256, "--max-batch", help="Largest decode batch probed, sequences (default 256)."
+    ),
+    contexts: str = typer.Option(
+        "256,1024,4096",
+        "--contexts",
+        help="Decode probes' context lengths, tokens, comma-separated (capped at --max-tokens).",
+    ),
+    dtype: str = typer.Option(
+        "auto", "--dtype", help="Weight dtype; auto: bfloat16 on a GPU, float32 on a CPU (torch)."
+    ),
+    device: str = typer.Option("auto", "--device", help="torch only: auto, cpu or cuda[:N]."),
+    threads: int | None = typer.Option(
+        None,
+        "--threads",
+        help="torch on a CPU: threads (default torch's; 1 is steadier when shared).",
+    ),
+    typical_batch: int = typer.Option(
+        64, "--typical-batch", help="Decodes beside a chunk for the budget figures (default 64)."
+    ),
+    typical_context: int = typer.Option(
+        1024, "--typical-context", help="Context of those decodes, tokens (default 1024)."
+    ),
+    probe_timeout: str = typer.Option(
+        "300s", "--probe-timeout", help="Stop (saving what was measured) if one probe exceeds this."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed for token ids, weights and the bootstrap."),
+    compute_efficiency: float = typer.Option(
+        DEFAULT_COMPUTE_EFFICIENCY,
+        "--compute-efficiency",
+        help="analytic: achievable share of peak FLOP/s (default 0.6).",
+    ),
+    bandwidth_efficiency: float = typer.Option(
+        DEFAULT_BANDWIDTH_EFFICIENCY,
+        "--bandwidth-efficiency",
+        help="analytic: achievable share of peak bandwidth (default 0.8).",
+    ),
+    overhead_ms: float = typer.Option(
+        0.5, "--overhead-ms", help="analytic: per-iteration overhead t0, ms (default 0.5)."
+    ),
+    mode: str = typer.Option(
+        "overlapped", "--mode", help="analytic: overlapped or serialized step-time variant."
+    ),
+    tensor_parallel: int = typer.Option(
+        1, "--tensor-parallel", help="analytic: GPUs pooling FLOP/s and bandwidth (default 1)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON document, no tables."),
+) -> None:
+    """Measure iteration time against tokens (prefill, decode, mixed), find the ridge P*,
+    calibrate the step-time model and save it as a profile for `simulate --profile`."""
+    config = ProfileConfig(
+        model=model,
+        engine=engine.strip().lower(),
+        gpu_name=gpu_name,
+        max_tokens=parse_tokens(max_tokens, option="--max-tokens"),
+        repeats=repeats,
+        output=output,
+        max_batch=max_batch,
+        contexts=tuple(parse_int_list(contexts, option="--contexts")),
+        dtype=dtype,
+        device=device,
+        threads=threads,
+        seed=seed,
+        probe_timeout_s=parse_duration_s(probe_timeout, option="--probe-timeout"),
+        typical_batch=typical_batch,
+        typical_context=typical_context,
+        compute_efficiency=compute_efficiency,
+        bandwidth_efficiency=bandwidth_efficiency,
+        overhead_s=overhead_ms / 1e3,
+        mode=mode,
+        tensor_parallel=tensor_parallel,
+    )
+    with Progress(
+        TextColumn("{task.description:<8}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        TimeElapsedColumn(),
+        console=console_err,
+        transient=True,
+        disable=config.engine == "analytic",
+    ) as bar:
+        task = bar.add_task("probes", total=None)
+
+        def on_progress(series: str, done: int, planned: int) -> None:
+            bar.update(task, description=series, completed=done, total=planned)
+
+        outcome = run_profile(config, progress=on_progress)
+    if as_json:
+        print_json(_json_document(outcome))
+        return
+    _print_tables(outcome)
+
+
+def _json_document(outcome: ProfileOutcome) -> dict[str, Any]:
+    doc = profile_to_json(outcome.profile)
+    doc.pop("probes")
+    summary = outcome.summary
+    return {
+        "profile": str(outcome.json_path),
+        "curve_csv": str(outcome.csv_path),
+        **doc,
+        "budget": None
+        if summary is None
+        else {
+            "knee_tokens": summary.knee_tokens,
+            "floor_tokens": summary.floor_tokens,
+            "floor_reason": summary.floor_reason,
+            "typical_batch": summary.typical_batch,
+            "typical_context": summary.typical_context,
+            "model_ridge_tokens": summary.model_ridge_tokens,
+            "tbt_budgets": [
+                {"tbt_ms": target * 1e3, "budget_tokens": budget}
+                for target, budget in summary.tbt_budgets
+            ],
+        },
+    }
+
+
+def _si(value: float, unit: str) -> str:
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def _title(p: Profile) -> str:
+    engine = p.engine.name + (f" {p.engine.version}" if p.engine.version else "")
+    extra = ", ".join(
+        f"{k} {p.engine.settings[k]}" for k in ("device", "dtype") if k in p.engine.settings
+    )
+    hardware = p.hardware.name + (f" x{p.hardware.count}" if p.hardware.count > 1 else "")
+    return f"{p.model.shape.name} on {hardware}: {engine}{f' ({extra})' if extra else ''}"
+
+
+def _print_tables(outcome: ProfileOutcome) -> None:
+    p = outcome.profile
+    console.print(f"[bold]{_title(p)}[/bold]  [dim]{p.label}[/dim]")
+    ridge = p.ridge
+    table = Table(title="Prefill curve and ridge", title_justify="left")
+    table.add_column("")
+    table.add_column("value")
+    if ridge is not None:
+        if ridge.knee_found and ridge.knee_tokens is not None:
+            ci = ""
+            if ridge.ci_low_tokens is not None and ridge.ci_high_tokens is not None:
+                ci = f" (95% CI {ridge.ci_low_tokens:.0f}-{ridge.ci_high_tokens:.0f})"
+            table.add_row("ridge P*", f"{ridge.knee_tokens:.0f} tokens{ci}")
+        else:
+            table.add_row("ridge P*", "no knee in the measured range")
+        table.add_row("why", ridge.reason)
+        table.add_row(
+            "linear fit",
+            f"{format_ms(ridge.linear_intercept_s)} + {ridge.linear_slope_s_per_token * 1e6:.3g} "
+            f"µs/token (median error {ridge.linear_median_rel_error:.1%})",
+        )
+        for name, ratio in ridge.tile_ratios.items():
+            table.add_row(f"tile {name}", f"x{ratio:.3f}")
+    summary = outcome.summary
+    if summary is not None:
+        floor = f"{summary.floor_tokens} tokens" if summary.floor_tokens else "-"
+        table.add_row("budget floor", f"{floor} ({summary.floor_reason})")
+    console.print(table)
+    step = p.step
+    if step is not None:
+        fit = Table(
+            title=f"Step-time model ({step.mode}: {step.mode_reason})", title_justify="left"
+        )
+        fitted = "fitted" if p.kind == "measured" else "profile"
+        for column in ("parameter", fitted, "preset", f"{fitted} / preset"):
+            fit.add_column(column)
+        preset = step.preset or {}
+        for name, key, unit in (
+            ("achievable compute F", "flops_per_s", "FLOP/s"),
+            ("achievable bandwidth B", "bytes_per_s", "B/s"),
+            ("overhead t0", "overhead_s", "s"),
+        ):
+            value: float = getattr(step, key)
+            ref = preset.get(key)
+            text = format_ms(value) if unit == "s" else _si(value, unit)
+            ref_text = "-" if ref is None else (format_ms(ref) if unit == "s" else _si(ref, unit))
+            share = "-" if not ref else f"{value / ref:.2f}"
+            fit.add_row(name, text, ref_text, share)
+        if step.request_overhead_s is not None:
+            fit.add_row("request overhead (TTFT)", format_ms(step.request_overhead_s), "-", "-")
+        console.print(fit)
+        errors = Table(title="Fit error (|model - measured| / measured)", title_justify="left")
+        for column in ("series", "probes", "median", "max", "held-out median", "held-out max"):
+            errors.add_column(column)
+        for series, err in step.errors.items():
+            held = step.holdout.get(series)
+            errors.add_row(
+                series,
+                str(err.count),
+                f"{err.median_rel_error:.1%}",
+                f"{err.max_rel_error:.1%}",
+                "-" if held is None else f"{held.median_rel_error:.1%}",
+                "-" if held is None else f"{held.max_rel_error:.1%}",
+            )
+        console.print(errors)
+        for note in step.notes:
+            console.print(f"[yellow]note:[/yellow] {note}")
+    if summary is not None:
+        budgets = Table(
+            title=f"Largest budget per TBT target ({summary.typical_batch} decodes at context "
+            f"{summary.typical_context} beside one chunk)",
+            title_justify="left",
+        )
+        budgets.add_column("TBT target")
+        budgets.add_column("budget (tokens)")
+        for target, budget in summary.tbt_budgets:
+            budgets.add_row(format_ms(target), "unreachable" if budget is None else str(budget))
+        console.print(budgets)
+    took = f" in {p.elapsed_s:.1f} s" if p.elapsed_s else ""
+    console.print(f"profile{took}: {outcome.json_path} (curve: {outcome.csv_path})")

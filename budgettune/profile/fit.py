@@ -1,0 +1,500 @@
+"""Fits over a profile's probes: the prefill knee (ridge P*, with a bootstrap interval) and the
+roofline step-time model (t0, achievable FLOP/s and bandwidth, overlap variant) by least squares.
+
+Both fits weigh relative errors, because iteration times span three orders of magnitude.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from scipy import optimize, stats
+
+from budgettune.profile.schema import Probe, RidgeFit, SeriesError, StepFit
+from budgettune.sim.stepmodel import MODES, StepModel
+
+FloatArray = npt.NDArray[np.float64]
+
+MIN_KNEE_POINTS = 6  # distinct prefill sizes needed before a knee is looked for
+SIDE_POINTS = 3  # sizes needed on each side of a knee to call it one
+KNEE_P_VALUE = 0.01  # two segments must beat one line at this significance
+KNEE_SLOPE_RATIO = 0.5  # slope below the knee at most this share of the slope above
+FLAT_RATIO = 1.25  # max/min prefill time under this: flat, memory- or overhead-bound throughout
+KNEE_MAX_FIT_ERROR = 0.10  # a knee from a two-segment fit worse than this is not believed
+_GRID_KNEES = 320
+
+
+@dataclass(slots=True, frozen=True)
+class ShapeConstants:
+    """The model-side constants of the step-time model (known, never fitted)."""
+
+    params: float
+    weight_bytes: float
+    kv_bytes_per_token: float
+    attention_flops_per_pair: float
+
+    @classmethod
+    def of(cls, model: StepModel) -> ShapeConstants:
+        return cls(
+            model.params,
+            model.weight_bytes,
+            model.kv_bytes_per_token,
+            model.attention_flops_per_pair,
+        )
+
+    @property
+    def attention_ratio(self) -> float:
+        """q in effective tokens x = P + q P^2: a prompt's FLOPs are 2N x (attention included)."""
+        return self.attention_flops_per_pair / (4.0 * self.params)
+
+
+@dataclass(slots=True, frozen=True)
+class Work:
+    """Per probe: FLOPs, weight + prompt-prefix bytes, decode KV bytes, and the measured median."""
+
+    series: tuple[str, ...]
+    flops: FloatArray
+    weight_bytes: FloatArray
+    decode_kv_bytes: FloatArray
+    time_s: FloatArray
+
+    def subset(self, mask: npt.NDArray[np.bool_]) -> Work:
+        return Work(
+            tuple(s for s, keep in zip(self.series, mask, strict=True) if keep),
+            self.flops[mask],
+            self.weight_bytes[mask],
+            self.decode_kv_bytes[mask],
+            self.time_s[mask],
+        )
+
+
+def probe_work(probes: Sequence[Probe], shape: ShapeConstants) -> Work:
+    """The work of each probe's iteration: one prompt chunk at offset 0 and b decodes at L."""
+    used = [p for p in probes if p.tag != "tile" and p.times_s]
+    prompt = np.array([p.prompt_tokens for p in used], dtype=np.float64)
+    batch = np.array([p.batch for p in used], dtype=np.float64)
+    context = np.array([p.context_tokens for p in used], dtype=np.float64)
+    pairs = prompt * prompt / 2.0 + batch * context
+    return Work(
+        series=tuple(p.series for p in used),
+        flops=2.0 * shape.params * (prompt + batch) + shape.attention_flops_per_pair * pairs,
+        weight_bytes=np.full(len(used), shape.weight_bytes),
+        decode_kv_bytes=shape.kv_bytes_per_token * batch * context,
+        time_s=np.array([p.median_s for p in used], dtype=np.float64),
+    )
+
+
+def predict_s(
+    work: Work, flops_per_s: float, bytes_per_s: float, overhead_s: float, mode: str
+) -> FloatArray:
+    """Vectorised :meth:`StepModel.step_time_s` over the probes of ``work``."""
+    compute = work.flops / flops_per_s
+    if mode == "serialized":
+        memory = work.weight_bytes / bytes_per_s
+        return overhead_s + np.maximum(compute, memory) + work.decode_kv_bytes / bytes_per_s
+    return overhead_s + np.maximum(
+        compute, (work.weight_bytes + work.decode_kv_bytes) / bytes_per_s
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The step-time model
+
+
+@dataclass(slots=True, frozen=True)
+class _Solution:
+    flops_per_s: float
+    bytes_per_s: float
+    overhead_s: float
+    request_overhead_s: float
+    cost: float  # sum of squared relative residuals
+
+
+def _solve(work: Work, mode: str, offset_mask: npt.NDArray[np.bool_]) -> _Solution:
+    """Least squares of relative residuals from several starts; the best solution wins."""
+    y = work.time_s
+    total_bytes = work.weight_bytes + work.decode_kv_bytes
+    # y >= flops / F and y >= bytes / B, so these are lower bounds on F and B.
+    f_low = float(np.max(work.flops / y))
+    b_low = float(np.max(total_bytes / y))
+    has_offset = bool(offset_mask.any())
+    y_min = float(np.min(y[~offset_mask])) if (~offset_mask).any() else float(np.min(y))
+
+    def residuals(theta: FloatArray) -> FloatArray:
+        pred = predict_s(work, math.exp(theta[0]), math.exp(theta[1]), theta[2], mode)
+        if has_offset:
+            pred = pred + theta[3] * offset_mask
+        return (pred - y) / y
+
+    low = [math.log(f_low * 0.5), math.log(b_low * 0.5), 0.0]
+    high = [math.log(f_low * 1e6), math.log(b_low * 1e6), y_min]
+    if has_offset:
+        low.append(0.0)
+        high.append(float(np.max(y)))
+    best: _Solution | None = None
+    for f_scale in (1.0, 3.0):
+        for b_scale in (1.0, 3.0):
+            for t0_share in (0.05, 0.5):
+                start = [math.log(f_low * f_scale), math.log(b_low * b_scale), y_min * t0_share]
+                if has_offset:
+                    start.append(float(np.min(y[offset_mask])) * 0.1)
+                result = optimize.least_squares(
+                    residuals,
+                    np.clip(start, np.add(low, 1e-12), np.subtract(high, 1e-12)),
+                    bounds=(low, high),
+                    x_scale=np.array([1.0, 1.0, y_min, *([y_min] if has_offset else [])]),
+                    method="trf",
+                )
+                cost = float(np.sum(result.fun**2))
+                if best is None or cost < best.cost:
+                    theta = result.x
+                    best = _Solution(
+                        math.exp(theta[0]),
+                        math.exp(theta[1]),
+                        float(theta[2]),
+                        float(theta[3]) if has_offset else 0.0,
+                        cost,
+                    )
+    assert best is not None
+    return best
+
+
+def series_errors(work: Work, predicted: FloatArray) -> dict[str, SeriesError]:
+    """Median and max relative error of ``predicted`` against the measured medians, per series."""
+    rel = np.abs(predicted - work.time_s) / work.time_s
+    out: dict[str, SeriesError] = {}
+    names = np.array(work.series, dtype=object)
+    for name in dict.fromkeys(work.series):
+        r = rel[names == name]
+        out[name] = SeriesError(len(r), float(np.median(r)), float(np.max(r)))
+    return out
+
+
+def holdout_mask(work: Work, every: int) -> npt.NDArray[np.bool_]:
+    """Every ``every``-th probe of each series (never its first or last) is held out."""
+    mask = np.zeros(len(work.series), dtype=bool)
+    names = np.array(work.series, dtype=object)
+    for name in dict.fromkeys(work.series):
+        idx = np.flatnonzero(names == name)
+        for pos in range(every // 2, len(idx) - 1, every):
+            if pos > 0:
+                mask[idx[pos]] = True
+    return mask
+
+
+def fit_step_model(
+    probes: Sequence[Probe],
+    shape: ShapeConstants,
+    *,
+    request_overhead_series: Sequence[str] = (),
+    preset: StepModel | None = None,
+    holdout_every: int = 4,
+) -> StepFit:
+    """Fit t0, F, B and the overlap variant to all three series at once.
+
+    request_overhead_series: series whose times include a fixed extra (TTFT through HTTP); they
+    get one extra fitted offset. Raises ValueError with fewer than 4 usable probes.
+    """
+    work = probe_work(probes, shape)
+    if len(work.time_s) < 4:
+        raise ValueError(
+            f"need at least 4 measured probes to fit the step-time model, got {len(work.time_s)}"
+        )
+    offset_mask = np.array([s in request_overhead_series for s in work.series], dtype=bool)
+    solutions = {mode: _solve(work, mode, offset_mask) for mode in MODES}
+    best_mode = min(MODES, key=lambda m: solutions[m].cost)
+    other = "serialized" if best_mode == "overlapped" else "overlapped"
+    rms = {m: math.sqrt(solutions[m].cost / len(work.time_s)) for m in MODES}
+    if rms[other] - rms[best_mode] < 0.002 + 0.02 * rms[best_mode]:
+        best_mode = "overlapped"
+        mode_reason = (
+            f"the two variants fit alike (RMS relative error {rms['overlapped']:.1%} vs "
+            f"{rms['serialized']:.1%}); overlapped kept"
+        )
+    else:
+        mode_reason = (
+            f"{best_mode} fits better (RMS relative error {rms[best_mode]:.1%} vs {rms[other]:.1%})"
+        )
+    sol = solutions[best_mode]
+    predicted = predict_s(work, sol.flops_per_s, sol.bytes_per_s, sol.overhead_s, best_mode)
+    predicted = predicted + sol.request_overhead_s * offset_mask
+    errors = series_errors(work, predicted)
+
+    holdout: dict[str, SeriesError] = {}
+    held = holdout_mask(work, holdout_every)
+    if held.any() and (~held).sum() >= 4:
+        train = work.subset(~held)
+        test = work.subset(held)
+        hsol = _solve(train, best_mode, offset_mask[~held])
+        hpred = predict_s(test, hsol.flops_per_s, hsol.bytes_per_s, hsol.overhead_s, best_mode)
+        holdout = series_errors(test, hpred + hsol.request_overhead_s * offset_mask[held])
+
+    return StepFit(
+        flops_per_s=sol.flops_per_s,
+        bytes_per_s=sol.bytes_per_s,
+        overhead_s=sol.overhead_s,
+        mode=best_mode,
+        mode_reason=mode_reason,
+        request_overhead_s=sol.request_overhead_s if offset_mask.any() else None,
+        errors=errors,
+        holdout=holdout,
+        notes=_identification_notes(work, sol, best_mode),
+        preset=None
+        if preset is None
+        else {
+            "flops_per_s": preset.flops_per_s,
+            "bytes_per_s": preset.bytes_per_s,
+            "overhead_s": preset.overhead_s,
+        },
+        cost_by_mode={m: rms[m] for m in MODES},
+    )
+
+
+def _identification_notes(work: Work, sol: _Solution, mode: str) -> tuple[str, ...]:
+    """Say which parameters the data pin down: a bound with no active probe is only a bound."""
+    compute = work.flops / sol.flops_per_s
+    memory = (work.weight_bytes + work.decode_kv_bytes) / sol.bytes_per_s
+    notes = []
+    if not (memory > compute).any():
+        bound = float(np.max((work.weight_bytes + work.decode_kv_bytes) / work.time_s))
+        notes.append(
+            f"no probe was memory-bound: the bandwidth is only a lower bound (>= {bound:.3g} B/s)"
+        )
+    if not (compute >= memory).any():
+        notes.append(
+            "no probe was compute-bound: the FLOP/s is only a lower bound "
+            f"(>= {float(np.max(work.flops / work.time_s)):.3g} FLOP/s)"
+        )
+    if sol.overhead_s < 1e-7:
+        notes.append("t0 fitted at zero: the fixed per-iteration overhead is too small to resolve")
+    return tuple(notes)
+
+
+# ---------------------------------------------------------------------------------------------
+# The prefill knee
+
+
+@dataclass(slots=True, frozen=True)
+class _Hinge:
+    knee_x: float
+    intercept: float
+    slope_below: float
+    slope_above: float  # total slope above the knee
+    rss: float
+
+
+def _hinge_rss(
+    x: FloatArray, y: FloatArray, w2: FloatArray, knees: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """Weighted least squares of y = a + s1 x + s2 max(x - k, 0) for every knee k at once."""
+    hinge = np.maximum(x[None, :] - knees[:, None], 0.0)
+    design = np.stack([np.ones_like(hinge), np.broadcast_to(x, hinge.shape), hinge], axis=2)
+    weighted = design * w2[None, :, None]
+    normal = np.einsum("kni,knj->kij", weighted, design)
+    rhs = np.einsum("kni,n->ki", weighted, y)
+    # A tiny ridge keeps a knee past every point (hinge column all zero) solvable.
+    normal = normal + np.eye(3)[None] * 1e-18 * np.trace(normal, axis1=1, axis2=2)[:, None, None]
+    beta = np.linalg.solve(normal, rhs[..., None])[..., 0]
+    resid = y[None, :] - np.einsum("kni,ki->kn", design, beta)
+    return np.sum(w2[None, :] * resid**2, axis=1), beta
+
+
+def _fit_hinge(x: FloatArray, y: FloatArray, knees: FloatArray, *, refine: bool) -> _Hinge:
+    w2 = 1.0 / y**2
+    rss, beta = _hinge_rss(x, y, w2, knees)
+    i = int(np.argmin(rss))
+    knee = float(knees[i])
+    if refine:
+        lo, hi = float(knees[max(i - 1, 0)]), float(knees[min(i + 1, len(knees) - 1)])
+        if hi > lo:
+            res = optimize.minimize_scalar(
+                lambda k: float(_hinge_rss(x, y, w2, np.array([k]))[0][0]),
+                bounds=(lo, hi),
+                method="bounded",
+                options={"xatol": 1e-4 * knee},
+            )
+            if float(res.fun) <= float(rss[i]):
+                knee = float(res.x)
+        rss_k, beta_k = _hinge_rss(x, y, w2, np.array([knee]))
+        b = beta_k[0]
+        return _Hinge(knee, float(b[0]), float(b[1]), float(b[1] + b[2]), float(rss_k[0]))
+    b = beta[i]
+    return _Hinge(knee, float(b[0]), float(b[1]), float(b[1] + b[2]), float(rss[i]))
+
+
+def _to_tokens(x: float, q: float) -> float:
+    """Invert x = P + q P^2 for P >= 0."""
+    if q <= 0:
+        return x
+    return (math.sqrt(1.0 + 4.0 * q * x) - 1.0) / (2.0 * q)
+
+
+def fit_ridge(
+    probes: Sequence[Probe],
+    *,
+    attention_ratio: float = 0.0,
+    rng: np.random.Generator,
+    bootstrap: int = 200,
+) -> RidgeFit:
+    """Two-segment fit of prefill time against tokens; P* with a bootstrap 95% interval.
+
+    The fit runs in effective tokens x = P + q P^2 (q = ``attention_ratio``), where a prompt's
+    compute time is exactly linear; the knee is reported back in tokens. A knee is reported only
+    when two segments beat one line (F-test p < 0.01), the slope at least doubles across it, the
+    two segments fit within 10% median error and at least 3 sizes lie on each side; otherwise
+    ``knee_found`` is False and ``reason`` says why.
+    """
+    prefill = [p for p in probes if p.series == "prefill" and p.times_s]
+    main = sorted((p for p in prefill if p.tag != "tile"), key=lambda p: p.prompt_tokens)
+    tile_ratios = _tile_ratios(prefill)
+    tokens = np.array([p.prompt_tokens for p in main], dtype=np.float64)
+    y = np.array([p.median_s for p in main], dtype=np.float64)
+    q = attention_ratio
+    x = tokens + q * tokens**2
+    n = len(main)
+    if n < 2:
+        return RidgeFit(
+            knee_found=False,
+            reason=f"only {n} prefill size(s) measured: nothing to fit",
+            knee_tokens=None,
+            ci_low_tokens=None,
+            ci_high_tokens=None,
+            linear_intercept_s=math.nan,
+            linear_slope_s_per_token=math.nan,
+            linear_median_rel_error=math.nan,
+            tile_ratios=tile_ratios,
+            attention_ratio=q,
+        )
+    w2 = 1.0 / y**2
+    design = np.stack([np.ones_like(x), x], axis=1)
+    lin = np.linalg.solve(design.T @ (design * w2[:, None]), design.T @ (w2 * y))
+    lin_pred = design @ lin
+    lin_rss = float(np.sum(w2 * (y - lin_pred) ** 2))
+    lin_err = float(np.median(np.abs(lin_pred - y) / y))
+    common = {
+        "linear_intercept_s": float(lin[0]),
+        "linear_slope_s_per_token": float(lin[1]),
+        "linear_median_rel_error": lin_err,
+        "tokens_min": int(tokens[0]),
+        "tokens_max": int(tokens[-1]),
+        "tile_ratios": tile_ratios,
+        "attention_ratio": q,
+    }
+    lo_t, hi_t = int(tokens[0]), int(tokens[-1])
+
+    def no_knee(reason: str, **extra: float | None) -> RidgeFit:
+        return RidgeFit(
+            knee_found=False,
+            reason=reason,
+            knee_tokens=None,
+            ci_low_tokens=None,
+            ci_high_tokens=None,
+            **common,  # type: ignore[arg-type]
+            **extra,  # type: ignore[arg-type]
+        )
+
+    if n < MIN_KNEE_POINTS:
+        return no_knee(
+            f"only {n} prefill sizes measured (need {MIN_KNEE_POINTS}) to look for a knee"
+        )
+    spread = float(np.max(y) / np.min(y))
+    if spread < FLAT_RATIO:
+        return no_knee(
+            f"prefill time barely changes from {lo_t} to {hi_t} tokens (x{spread:.2f}): "
+            f"every size is memory- or overhead-bound; the knee lies above {hi_t} tokens"
+        )
+    knees = np.geomspace(x[1], x[-2], _GRID_KNEES)
+    hinge = _fit_hinge(x, y, knees, refine=True)
+    hinge_pred = (
+        hinge.intercept
+        + hinge.slope_below * x
+        + (hinge.slope_above - hinge.slope_below) * np.maximum(x - hinge.knee_x, 0.0)
+    )
+    dof = n - 4
+    f_stat = ((lin_rss - hinge.rss) / 2.0) / (hinge.rss / dof) if hinge.rss > 0 else math.inf
+    p_value = float(stats.f.sf(f_stat, 2, dof)) if math.isfinite(f_stat) else 0.0
+    extra: dict[str, float | None] = {
+        "hinge_slope_below_s_per_token": hinge.slope_below,
+        "hinge_slope_above_s_per_token": hinge.slope_above,
+        "hinge_median_rel_error": float(np.median(np.abs(hinge_pred - y) / y)),
+        "p_value": p_value,
+    }
+    knee_p = _to_tokens(hinge.knee_x, q)
+    below = int(np.sum(x <= hinge.knee_x))
+    linear_says = (
+        f"prefill time grows linearly from {lo_t} to {hi_t} tokens (one line fits within "
+        f"{lin_err:.1%} median error): no knee inside the measured range"
+    )
+    if hinge.slope_above <= 0 or hinge.slope_below >= KNEE_SLOPE_RATIO * hinge.slope_above:
+        return no_knee(linear_says, **extra)
+    hinge_err = extra["hinge_median_rel_error"]
+    if hinge_err is not None and hinge_err > KNEE_MAX_FIT_ERROR:
+        return no_knee(
+            f"prefill times from {lo_t} to {hi_t} tokens are too irregular for a two-segment fit "
+            f"(median error {hinge_err:.0%}): no knee reported; measure on a quiet machine",
+            **extra,
+        )
+    if p_value >= KNEE_P_VALUE:
+        return no_knee(
+            f"{linear_says} (two segments are not significantly better, p={p_value:.2g})", **extra
+        )
+    if below < SIDE_POINTS or n - below < SIDE_POINTS:
+        return no_knee(
+            f"the best bend (~{knee_p:.0f} tokens) sits at the edge of the measured range "
+            f"{lo_t}..{hi_t} with fewer than {SIDE_POINTS} sizes on one side: no knee reported",
+            **extra,
+        )
+    ci: tuple[float | None, float | None] = (None, None)
+    samples = _bootstrap_knees(main, x, y, hinge_pred, knees, rng, bootstrap)
+    if len(samples):
+        lo_x, hi_x = np.percentile(samples, [2.5, 97.5])
+        ci = (_to_tokens(float(lo_x), q), _to_tokens(float(hi_x), q))
+    return RidgeFit(
+        knee_found=True,
+        reason=f"knee at {knee_p:.0f} tokens (two segments beat one line, p={p_value:.2g})",
+        knee_tokens=knee_p,
+        ci_low_tokens=ci[0],
+        ci_high_tokens=ci[1],
+        bootstrap_samples=len(samples),
+        **common,  # type: ignore[arg-type]
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def _bootstrap_knees(
+    main: Sequence[Probe],
+    x: FloatArray,
+    y: FloatArray,
+    fitted: FloatArray,
+    knees: FloatArray,
+    rng: np.random.Generator,
+    count: int,
+) -> FloatArray:
+    """Knees refitted on resampled data: the repeats of each size when every size has 3 or more,
+    otherwise the relative residuals of the fit (a residual bootstrap)."""
+    repeats = [np.asarray(p.times_s, dtype=np.float64) for p in main]
+    stratified = all(len(r) >= 3 for r in repeats)
+    rel_resid = (y - fitted) / fitted
+    out = np.empty(count)
+    for i in range(count):
+        if stratified:
+            yb = np.array([np.median(rng.choice(r, size=len(r), replace=True)) for r in repeats])
+        else:
+            yb = fitted * (1.0 + rng.choice(rel_resid, size=len(y), replace=True))
+        out[i] = _fit_hinge(x, yb, knees, refine=False).knee_x
+    return out
+
+
+def _tile_ratios(prefill: Sequence[Probe]) -> dict[str, float]:
+    """t(P) / t(P - 1) for every tile probe P whose round neighbour P - 1 was measured."""
+    by_tokens = {p.prompt_tokens: p for p in prefill if p.tag != "tile"}
+    out = {}
+    for probe in prefill:
+        base = by_tokens.get(probe.prompt_tokens - 1)
+        if probe.tag == "tile" and base is not None and base.median_s > 0:
+            out[f"{probe.prompt_tokens}/{base.prompt_tokens}"] = probe.median_s / base.median_s
+    return out
