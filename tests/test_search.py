@@ -1,0 +1,87 @@
+"""Goodput search: bracketing and bisection over a rate -> metrics function."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from budgettune.errors import SpecError
+from budgettune.metrics import MetricsSummary, Percentiles
+from budgettune.search import SLO, find_goodput
+
+
+def _summary(tbt_p99_s: float, ttft_p99_s: float, tbt_samples: int = 100) -> MetricsSummary:
+    def flat(value: float, count: int = 100) -> Percentiles:
+        return Percentiles(value, value, value, value, value, count)
+
+    return MetricsSummary(
+        ttft_s=flat(ttft_p99_s),
+        tbt_s=flat(tbt_p99_s, tbt_samples),
+        tpot_s=flat(tbt_p99_s),
+        e2e_s=flat(ttft_p99_s),
+        throughput_tokens_per_s=1.0,
+        completed=100,
+        failed=0,
+    )
+
+
+SLO_50MS_1S = SLO(tbt_s=0.050, ttft_s=1.0)
+
+
+def _cliff(tbt_limit_rate: float, ttft_limit_rate: float = math.inf):
+    """TBT crosses 50 ms at one rate, TTFT crosses 1 s at another."""
+    calls: list[float] = []
+
+    def evaluate(rate: float) -> MetricsSummary:
+        calls.append(rate)
+        return _summary(0.050 * rate / tbt_limit_rate, 1.0 * rate / ttft_limit_rate)
+
+    return evaluate, calls
+
+
+@pytest.mark.parametrize("start", [1.0, 16.0, 23.7, 100.0, 5000.0])
+def test_finds_the_cliff_to_two_percent(start: float) -> None:
+    evaluate, calls = _cliff(23.7)
+    result = find_goodput(evaluate, SLO_50MS_1S, start_rate_per_s=start)
+    assert result.rate_per_s <= 23.7 < result.upper_per_s
+    assert result.upper_per_s - result.rate_per_s <= 0.02 * result.rate_per_s
+    assert [p.rate_per_s for p in result.probes] == calls
+    assert all(p.met == (p.rate_per_s <= 23.7) for p in result.probes)
+    assert not result.capped
+    assert len(calls) <= 20
+
+
+def test_the_tighter_slo_wins() -> None:
+    evaluate, _ = _cliff(tbt_limit_rate=40.0, ttft_limit_rate=12.0)
+    result = find_goodput(evaluate, SLO_50MS_1S, start_rate_per_s=16.0)
+    assert result.rate_per_s <= 12.0 < result.upper_per_s
+
+
+def test_zero_when_even_the_lowest_rate_fails_and_capped_at_the_top() -> None:
+    result = find_goodput(lambda r: _summary(1.0, 0.1), SLO_50MS_1S, start_rate_per_s=8.0)
+    assert result.rate_per_s == 0.0 and result.probes[-1].rate_per_s == pytest.approx(8 / 1024)
+    result = find_goodput(
+        lambda r: _summary(0.01, 0.1), SLO_50MS_1S, start_rate_per_s=8.0, max_rate_per_s=100.0
+    )
+    assert result.capped and result.rate_per_s == 100.0 and result.upper_per_s == math.inf
+
+
+def test_no_tbt_sample_is_no_tbt_violation() -> None:
+    assert SLO_50MS_1S.met_by(_summary(math.nan, 0.5, tbt_samples=0))
+    assert not SLO_50MS_1S.met_by(_summary(math.inf, 0.5))
+    assert not SLO_50MS_1S.met_by(_summary(0.01, math.inf))  # failed requests: TTFT +inf
+
+
+def test_on_probe_sees_every_evaluation() -> None:
+    evaluate, calls = _cliff(10.0)
+    seen = []
+    find_goodput(evaluate, SLO_50MS_1S, start_rate_per_s=16.0, on_probe=seen.append)
+    assert [p.rate_per_s for p in seen] == calls
+
+
+def test_errors() -> None:
+    with pytest.raises(SpecError, match="--rate"):
+        find_goodput(lambda r: _summary(0, 0), SLO_50MS_1S, start_rate_per_s=-1.0)
+    with pytest.raises(SpecError, match="--slo-tbt"):
+        SLO(tbt_s=0.0, ttft_s=1.0)
