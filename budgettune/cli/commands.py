@@ -3,6 +3,7 @@
 from budgettune.cli import (
     profile,  # noqa: F401
     replay,  # noqa: F401
+    report,  # noqa: F401
     roofline,  # noqa: F401
     serve,  # noqa: F401
     tiny_model,  # noqa: F401

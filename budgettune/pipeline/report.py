@@ -1,0 +1,127 @@
+"""`report`: rebuild the HTML page from result files alone (no engine, no GPU).
+
+Accepts a replay's results.json (or its folder), a sweep run folder, a profile JSON, or the JSON
+``simulate --json`` prints; the kind is detected from the content.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from budgettune.errors import UserError
+from budgettune.pipeline.profile import summarize as profile_summary
+from budgettune.profile.schema import Profile, profile_from_json
+from budgettune.report.html import write_report
+from budgettune.report.inputs import ReportInput
+from budgettune.report.sources import (
+    Slo,
+    profile_report,
+    read_json,
+    results_input,
+    simulate_input,
+)
+from budgettune.results import RESULTS_FILE, Results
+
+REPORT_FILE = "report.html"
+KINDS = ("replay/results", "sweep run folder", "profile", "simulate --json output")
+
+
+@dataclass(slots=True, frozen=True)
+class ReportOutcome:
+    """What was written: the page, the kind of input it came from, its charts and size."""
+
+    path: Path
+    kind: str
+    chart_ids: tuple[str, ...]
+    size_bytes: int
+
+
+def detect_kind(doc: Any) -> str:
+    """ "results", "profile" or "simulate" from a parsed JSON document; UserError otherwise."""
+    if isinstance(doc, Mapping):
+        if "probes" in doc and "model" in doc:
+            return "profile"
+        if "schema_version" in doc and "points" in doc and "kind" in doc:
+            return "results"
+        if isinstance(doc.get("points"), list) and "schema_version" not in doc:
+            return "simulate"
+    raise UserError("report: cannot tell what this file is; expected one of: " + ", ".join(KINDS))
+
+
+def profile_page(
+    profile: Profile,
+    *,
+    typical_batch: int = 64,
+    typical_context: int = 1024,
+    profile_file: str | None = None,
+    others: tuple[Profile, ...] = (),
+) -> ReportInput:
+    """The report input of a profile, with its budget floor and TBT-target budgets."""
+    summary = profile_summary(profile, typical_batch, typical_context)
+    floor = None if summary is None else summary.floor_tokens
+    ceilings = (
+        {} if summary is None else {t * 1e3: b for t, b in summary.tbt_budgets if b is not None}
+    )
+    return profile_report(
+        profile,
+        floor_tokens=floor,
+        ceilings_tokens=ceilings,
+        ceilings_note=f"with {typical_batch} decodes at context {typical_context} beside the chunk",
+        others=others,
+        profile_file=profile_file,
+    )
+
+
+def build_input(source: Path, *, slo: Slo = Slo(), report_dir: Path | None = None) -> ReportInput:
+    """Read ``source`` (file or folder) into the report's input. Raises UserError naming it."""
+    if source.is_dir():
+        if (source / RESULTS_FILE).is_file():
+            source = source / RESULTS_FILE
+        else:
+            raise UserError(
+                f"report: {source}: no {RESULTS_FILE} in this folder",
+                hint="give a results.json, a profile JSON or a simulate --json file",
+            )
+    if not source.exists():
+        raise UserError(f"report: {source}: no such file or folder")
+    doc = read_json(source)
+    kind = detect_kind(doc)
+    if kind == "profile":
+        profile = profile_from_json(doc, source=str(source))
+        return profile_page(profile, profile_file=_beside(source, report_dir))
+    if kind == "results":
+        results = Results.from_json(doc, source=str(source))
+        return results_input(
+            results, slo=slo, source=str(source), report_dir=report_dir, results_file=source
+        )
+    return simulate_input(doc, slo=slo, source=str(source))
+
+
+def _beside(path: Path, report_dir: Path | None) -> str:
+    if report_dir is None:
+        return str(path)
+    try:
+        return str(path.resolve().relative_to(report_dir.resolve()))
+    except ValueError:
+        return str(path.resolve())
+
+
+def default_output(source: Path) -> Path:
+    """report.html in the source's folder (or in the folder given)."""
+    return (source if source.is_dir() else source.parent) / REPORT_FILE
+
+
+def run_report(source: Path, *, output: Path | None = None, slo: Slo = Slo()) -> ReportOutcome:
+    """Rebuild the page for ``source`` and write it to ``output`` (default: beside the source)."""
+    target = output or default_output(source)
+    if target.exists() and target.is_dir():
+        target = target / REPORT_FILE
+    report = build_input(source, slo=slo, report_dir=target.parent)
+    try:
+        page = write_report(report, target)
+    except OSError as exc:
+        raise UserError(f"-o: cannot write {target}: {exc.strerror or exc}") from None
+    return ReportOutcome(target, report.kind, page.chart_ids, len(page.html.encode("utf-8")))

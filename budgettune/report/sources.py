@@ -1,0 +1,663 @@
+"""Adapters: read each result file kind (replay results.json, a sweep run folder, a profile JSON,
+``simulate --json`` output) into the report's inputs. A schema change touches one adapter here.
+
+Every reader raises :class:`~budgettune.errors.UserError` naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import platform
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from budgettune import metrics
+from budgettune.errors import UserError
+from budgettune.profile.schema import Profile
+from budgettune.records import RequestRecord
+from budgettune.report.inputs import (
+    BudgetPoint,
+    Check,
+    Percentiles,
+    ProfileCurve,
+    ProfileInput,
+    Provenance,
+    ReportInput,
+    SweepInput,
+    TileProbe,
+    TimelineInput,
+    TimelineRequest,
+    Verdict,
+    WorkloadInput,
+    cdf_from_samples,
+)
+from budgettune.results import Results, point_records
+
+
+@dataclass(slots=True, frozen=True)
+class Slo:
+    """SLOs to judge and draw against, milliseconds; ``percentile`` is the one they constrain."""
+
+    tbt_ms: float | None = None
+    ttft_ms: float | None = None
+    percentile: float = 99.0
+
+
+def _num(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def percentiles_json(data: object, *, failed: int = 0) -> Percentiles | None:
+    """A ``{"p50": .., "p99": .., "max": ..}`` object in ms. JSON cannot hold +inf, so a null
+    percentile of a run with failures is read back as +inf (failures count as violations)."""
+    if not isinstance(data, Mapping):
+        return None
+    fixed: dict[str, object] = {}
+    for key, value in data.items():
+        if value is None and failed > 0:
+            fixed[str(key)] = math.inf
+        else:
+            fixed[str(key)] = value
+    summary = Percentiles.from_keys(fixed)
+    return summary if summary.values_ms else None
+
+
+def _budget(value: object, *, source: str) -> int | None:
+    if value is None or value == "none":
+        return None
+    number = _num(value)
+    if number is None or number <= 0 or number != int(number):
+        raise UserError(
+            f"{source}: field 'budget': expected a positive whole number or null, got {value!r}"
+        )
+    return int(number)
+
+
+def _judge(tbt: Percentiles | None, ttft: Percentiles | None, slo: Slo) -> bool | None:
+    """Both SLOs met at the percentile; None when there is no SLO or no figure to judge."""
+    checks: list[bool] = []
+    for summary, limit in ((tbt, slo.tbt_ms), (ttft, slo.ttft_ms)):
+        if limit is None:
+            continue
+        value = None if summary is None else summary.at(slo.percentile)
+        if value is None:
+            return None
+        checks.append(value <= limit)
+    return all(checks) if checks else None
+
+
+def _checks(tbt: Percentiles | None, ttft: Percentiles | None, slo: Slo) -> tuple[Check, ...]:
+    out = []
+    pct = f"p{slo.percentile:g}"
+    for name, summary, limit in (("TBT", tbt, slo.tbt_ms), ("TTFT", ttft, slo.ttft_ms)):
+        if limit is None:
+            continue
+        value = None if summary is None else summary.at(slo.percentile)
+        out.append(Check(f"{pct} {name}", value, limit, value is not None and value <= limit))
+    return tuple(out)
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: cannot read JSON: {exc}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# simulate --json
+
+
+def simulate_input(
+    doc: Mapping[str, Any],
+    *,
+    slo: Slo = Slo(),
+    source: str = "simulate output",
+    command: str | None = None,
+) -> ReportInput:
+    """A report of ``budgettune simulate --json`` output: every point is a prediction."""
+    raw_points = doc.get("points")
+    if not isinstance(raw_points, list) or not raw_points:
+        raise UserError(f"{source}: field 'points': expected a non-empty list")
+    goodput: dict[int | None, float] = {}
+    for item in doc.get("goodput") or []:
+        rate = _num(item.get("rate")) if isinstance(item, Mapping) else None
+        if rate is not None:
+            goodput[_budget(item.get("budget"), source=source)] = rate
+    points = []
+    rates = set()
+    for index, item in enumerate(raw_points):
+        where = f"{source}: points[{index}]"
+        if not isinstance(item, Mapping):
+            raise UserError(f"{where}: expected an object")
+        budget = _budget(item.get("budget"), source=where)
+        failed = int(_num(item.get("failed")) or 0)
+        tbt = percentiles_json(item.get("tbt_ms"), failed=failed)
+        ttft = percentiles_json(item.get("ttft_ms"), failed=failed)
+        rate = _num(item.get("rate"))
+        if rate is not None:
+            rates.add(rate)
+        points.append(
+            BudgetPoint(
+                budget_tokens=budget,
+                predicted_tbt=tbt,
+                predicted_ttft=ttft,
+                predicted_throughput_tokens_per_s=_num(item.get("throughput_tokens_per_s")),
+                goodput_per_s=goodput.get(budget),
+                completed=int(_num(item.get("completed")) or 0),
+                failed=failed,
+                passed=_judge(tbt, ttft, slo),
+            )
+        )
+    passing = [p.budget_tokens for p in points if p.passed and p.budget_tokens is not None]
+    best = max((b for b in passing if b is not None), default=None)
+    rate = next(iter(rates)) if len(rates) == 1 else None
+    sweep = SweepInput(
+        points=tuple(points),
+        slo_tbt_ms=slo.tbt_ms,
+        slo_ttft_ms=slo.ttft_ms,
+        percentile=slo.percentile,
+        rate_per_s=rate,
+        recommended_budget=best,
+    )
+    load = f"{rate:g} requests/s" if rate is not None else "several rates"
+    if slo.tbt_ms is None and slo.ttft_ms is None:
+        headline = f"Simulated {len(points)} budget(s) at {load} (no SLO given: nothing judged)"
+        ok = None
+    elif best is None:
+        headline = f"No simulated budget meets the SLOs at {load}"
+        ok = False
+    else:
+        headline = f"Largest simulated budget meeting the SLOs at {load}: {best}"
+        ok = True
+    best_point = next((p for p in points if p.budget_tokens == best), None)
+    verdict = Verdict(
+        headline=headline,
+        details=("Every figure on this page is a simulator prediction, not a measurement.",),
+        checks=_checks(best_point.predicted_tbt, best_point.predicted_ttft, slo)
+        if best_point
+        else (),
+        facts=(*_slo_facts(slo), ("load", load)),
+        ok=ok,
+    )
+    return ReportInput(
+        title="budgettune simulate",
+        kind="simulate",
+        verdict=verdict,
+        sweep=sweep,
+        provenance=Provenance(command=command, versions=(("python", platform.python_version()),)),
+    )
+
+
+def _slo_facts(slo: Slo) -> tuple[tuple[str, str], ...]:
+    facts = []
+    if slo.tbt_ms is not None:
+        facts.append(("TBT SLO", f"p{slo.percentile:g} <= {slo.tbt_ms:g} ms"))
+    if slo.ttft_ms is not None:
+        facts.append(("TTFT SLO", f"p{slo.percentile:g} <= {slo.ttft_ms:g} ms"))
+    return tuple(facts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Live records (a replay's results.json, a sweep's per-budget results)
+
+
+def workload_from_records(records: Sequence[RequestRecord]) -> WorkloadInput:
+    ordered = sorted(records, key=lambda r: (r.target_s, r.request_id))
+    return WorkloadInput(
+        prompt_tokens=np.array([r.prompt_tokens for r in ordered], dtype=np.int64),
+        output_tokens=np.array([r.output_tokens for r in ordered], dtype=np.int64),
+        arrival_s=np.array([r.target_s for r in ordered], dtype=np.float64),
+    )
+
+
+def timeline_from_records(
+    records: Sequence[RequestRecord], title: str, slo_tbt_ms: float | None
+) -> TimelineInput:
+    return TimelineInput(
+        title=title,
+        requests=tuple(
+            TimelineRequest(r.request_id, r.sent_s, r.token_times_s, failed=not r.ok)
+            for r in sorted(records, key=lambda r: (r.sent_s, r.request_id))
+        ),
+        slo_tbt_ms=slo_tbt_ms,
+    )
+
+
+def measured_point(
+    records: Sequence[RequestRecord],
+    *,
+    budget_tokens: int | None,
+    summary: Mapping[str, Any] | None,
+    slo: Slo,
+    predicted: Mapping[str, Any] | None = None,
+    error: str | None = None,
+    note: str | None = None,
+) -> BudgetPoint:
+    """A budget's point from its measured records; ``summary`` (the file's own, ms) wins over
+    one recomputed here, so the page shows exactly what the command printed."""
+    if summary is None and records:
+        summary = metrics.summarize(records).to_json()
+    summary = summary or {}
+    failed = int(_num(summary.get("failed")) or sum(1 for r in records if not r.ok))
+    tbt = percentiles_json(summary.get("tbt_ms"), failed=failed)
+    ttft = percentiles_json(summary.get("ttft_ms"), failed=failed)
+    reasons: dict[str, int] = {}
+    for record in records:
+        if not record.ok:
+            reason = _reason_class(record.error or "short output")
+            reasons[reason] = reasons.get(reason, 0) + 1
+    pred_failed = int(_num((predicted or {}).get("failed")) or 0)
+    return BudgetPoint(
+        budget_tokens=budget_tokens,
+        measured_tbt=tbt,
+        measured_ttft=ttft,
+        predicted_tbt=percentiles_json((predicted or {}).get("tbt_ms"), failed=pred_failed),
+        predicted_ttft=percentiles_json((predicted or {}).get("ttft_ms"), failed=pred_failed),
+        throughput_tokens_per_s=_num(summary.get("throughput_tokens_per_s")),
+        predicted_throughput_tokens_per_s=_num((predicted or {}).get("throughput_tokens_per_s")),
+        completed=int(_num(summary.get("completed")) or 0),
+        failed=failed,
+        failure_reasons=reasons,
+        passed=_judge(tbt, ttft, slo),
+        note=note,
+        error=error,
+        tbt_cdf=cdf_from_samples(metrics.tbt_s(records) * 1e3) if records else None,
+        ttft_cdf=cdf_from_samples(metrics.ttft_s(records) * 1e3) if records else None,
+    )
+
+
+def _reason_class(error: str) -> str:
+    """Group failure reasons for the chart: "http 400: ..." -> "http 400", numbers dropped."""
+    head = error.split(":", 1)[0].strip()
+    words = [w for w in head.split() if not any(c.isdigit() for c in w) or w.isdigit()]
+    return " ".join(words)[:40] or "failed"
+
+
+def _live_records(
+    point: Mapping[str, Any], source: str
+) -> tuple[list[RequestRecord], list[RequestRecord]]:
+    """(all records, measured records after warm-up) of one results point."""
+    try:
+        live = point_records(dict(point))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UserError(
+            f"{source}: field 'records': not budgettune request records ({exc!r})"
+        ) from None
+    return [x.record for x in live], [x.record for x in live if not x.warmup]
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _first(mapping: Mapping[str, Any] | None, *keys: str) -> Any:
+    for key in keys:
+        if mapping and mapping.get(key) is not None:
+            return mapping[key]
+    return None
+
+
+def _relative(path: str | Path, report_dir: Path | None) -> str:
+    target = Path(path)
+    if report_dir is None:
+        return str(target)
+    try:
+        return str(target.resolve().relative_to(report_dir.resolve()))
+    except ValueError:
+        return str(target)
+
+
+def provenance_from_results(
+    results: Results, *, files: Sequence[tuple[str, str]] = ()
+) -> Provenance:
+    config = results.config
+    engine = results.engine or {}
+    versions = [("budgettune", results.budgettune_version)]
+    if engine.get("name"):
+        versions.append(("engine", f"{engine['name']} {engine.get('version') or ''}".strip()))
+    python = _first(config, "python_version") or _first(results.hardware, "python")
+    versions.append(("python", str(python) if python else f"{platform.python_version()} (now)"))
+    launch = engine.get("command")
+    if isinstance(launch, list) and launch:
+        versions.append(("engine command", shlex.join(str(a) for a in launch)))
+    hardware = [(str(k), _text(v)) for k, v in (results.hardware or {}).items()]
+    trace = _first(config, "trace", "trace_path")
+    checksum = _first(config, "trace_sha256", "trace_checksum")
+    if trace and not checksum:
+        checksum = _sha256_now(Path(str(trace)))
+    return Provenance(
+        command=shlex.join(results.command) if results.command else None,
+        versions=tuple(versions),
+        hardware=tuple(hardware),
+        trace=None if trace is None else str(trace),
+        trace_sha256=checksum,
+        created=results.created_utc or None,
+        files=tuple(files),
+    )
+
+
+def _sha256_now(path: Path) -> str | None:
+    if not path.is_file():
+        return None
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return f"{digest.hexdigest()} (of the file now at that path)"
+
+
+def _text(value: object) -> str:
+    if isinstance(value, Mapping | list):
+        return json.dumps(value, sort_keys=True)[:300]
+    return str(value)
+
+
+def results_input(
+    results: Results,
+    *,
+    slo: Slo = Slo(),
+    source: str = "results.json",
+    report_dir: Path | None = None,
+    results_file: Path | None = None,
+) -> ReportInput:
+    """A report of one replay: its point's figures, CDFs, workload and token timeline."""
+    if not results.points:
+        raise UserError(f"{source}: field 'points': no measured point in this results file")
+    engine = results.engine or {}
+    points: list[BudgetPoint] = []
+    timeline: TimelineInput | None = None
+    workload: WorkloadInput | None = None
+    notes: list[str] = []
+    if not results.complete:
+        notes.append(f"Incomplete run: {results.incomplete_reason or 'interrupted'}; partial data.")
+    for index, raw in enumerate(results.points):
+        where = f"{source}: points[{index}]"
+        if not isinstance(raw, Mapping):
+            raise UserError(f"{where}: expected an object")
+        everything, measured = _live_records(raw, where)
+        budget = _budget(
+            _first(raw, "budget", "budget_tokens") or _first(engine, "budget", "budget_tokens"),
+            source=where,
+        )
+        summary = (
+            raw.get("summary")
+            if isinstance(raw.get("summary"), Mapping)
+            else (raw if "tbt_ms" in raw else None)
+        )
+        points.append(measured_point(measured, budget_tokens=budget, summary=summary, slo=slo))
+        selfcheck = _mapping(raw.get("selfcheck"))
+        if selfcheck.get("merged_chunks_warning"):
+            notes.append(
+                f"{selfcheck.get('merged_chunks')} stream chunks carried several tokens "
+                f"({100 * float(selfcheck.get('merged_chunk_share') or 0):.1f}%); their gaps were "
+                f"handled as '{selfcheck.get('merged_chunks_mode')}'."
+            )
+        if index == 0 and everything:
+            workload = workload_from_records(everything)
+            timeline = timeline_from_records(
+                everything, f"Token timeline, budget {points[-1].label}", slo.tbt_ms
+            )
+    first = points[0]
+    sweep = SweepInput(
+        points=tuple(points),
+        slo_tbt_ms=slo.tbt_ms,
+        slo_ttft_ms=slo.ttft_ms,
+        percentile=slo.percentile,
+    )
+    raw0 = results.points[0]
+    rate = _num(_first(raw0, "rate", "rate_per_s")) or _num(
+        _first(results.config, "rate", "rate_per_s")
+    )
+    selfcheck0 = _mapping(raw0.get("selfcheck"))
+    facts: list[tuple[str, str]] = [("engine", _text(engine.get("name", "unknown")))]
+    model = _first(results.config, "model") or engine.get("model")
+    if model:
+        facts.append(("model", _text(model)))
+    facts.append(("budget", first.label))
+    if rate is not None:
+        facts.append(("target load", f"{rate:g} requests/s"))
+    achieved = _num(selfcheck0.get("achieved_rate_per_s"))
+    if achieved is not None:
+        facts.append(("achieved load", f"{achieved:.3g} requests/s"))
+    lag = _mapping(selfcheck0.get("send_lag_ms"))
+    if lag:
+        facts.append(
+            (
+                "send lag (load generator)",
+                f"p50 {lag.get('p50')} ms, p99 {lag.get('p99')} ms, max {lag.get('max')} ms",
+            )
+        )
+    facts.append(("requests", f"{first.completed} completed, {first.failed} failed"))
+    server = _mapping(selfcheck0.get("server"))
+    itl, ttft_server = _mapping(server.get("itl")), _mapping(server.get("ttft"))
+    if itl.get("p99_ms") is not None or ttft_server.get("p99_ms") is not None:
+        facts.append(
+            (
+                "server's own /metrics (bucket estimates)",
+                f"ITL p99 {itl.get('p99_ms', '-')} ms, "
+                f"TTFT p99 {ttft_server.get('p99_ms', '-')} ms",
+            )
+        )
+    facts += list(_slo_facts(slo))
+    tbt99 = None if first.measured_tbt is None else first.measured_tbt.at(slo.percentile)
+    ttft99 = None if first.measured_ttft is None else first.measured_ttft.at(slo.percentile)
+    pct = f"p{slo.percentile:g}"
+    headline = (
+        f"One measurement at budget {first.label}: {pct} TBT "
+        f"{_fmt(tbt99)}, {pct} TTFT {_fmt(ttft99)}"
+    )
+    verdict = Verdict(
+        headline=headline,
+        checks=_checks(first.measured_tbt, first.measured_ttft, slo),
+        facts=tuple(facts),
+        ok=first.passed,
+    )
+    files: list[tuple[str, str]] = []
+    if results_file is not None:
+        files.append(("results (raw per-request records)", _relative(results_file, report_dir)))
+    log = _first(engine, "log_path", "log")
+    if log:
+        files.append(("engine log", _relative(str(log), report_dir)))
+    return ReportInput(
+        title=f"budgettune {results.kind}: {_text(model or engine.get('name', ''))}".rstrip(": "),
+        kind=results.kind,
+        verdict=verdict,
+        sweep=sweep,
+        workload=workload,
+        timeline=timeline,
+        provenance=provenance_from_results(results, files=files),
+        notes=tuple(notes),
+    )
+
+
+def _fmt(value_ms: float | None) -> str:
+    if value_ms is None:
+        return "-"
+    if math.isinf(value_ms):
+        return "inf (failures)"
+    return f"{value_ms / 1000:.3g} s" if value_ms >= 1000 else f"{value_ms:.3g} ms"
+
+
+# ---------------------------------------------------------------------------------------------
+# Profile
+
+
+def _hinge_curve(
+    profile: Profile, tokens: np.ndarray, medians_s: np.ndarray
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The fitted two-segment curve, sampled for drawing (tokens, ms). The file keeps the knee and
+    both slopes; the intercept is re-solved by the fit's own weighted least squares (weights
+    1/t^2), which, with the knee and slopes at their optimum, gives back the fitted intercept."""
+    ridge = profile.ridge
+    if ridge is None or len(tokens) < 2:
+        return None
+    q = float(getattr(ridge, "attention_ratio", 0.0) or 0.0)
+    grid = np.geomspace(float(tokens.min()), float(tokens.max()), 80)
+    x = tokens + q * tokens**2
+    gx = grid + q * grid**2
+    if ridge.knee_found and ridge.knee_tokens and ridge.hinge_slope_below_s_per_token is not None:
+        knee_x = ridge.knee_tokens + q * ridge.knee_tokens**2
+        below = ridge.hinge_slope_below_s_per_token
+        above = ridge.hinge_slope_above_s_per_token or below
+
+        def shape(v: np.ndarray) -> np.ndarray:
+            return below * v + (above - below) * np.maximum(v - knee_x, 0.0)
+
+        w2 = 1.0 / medians_s**2
+        intercept = float(np.sum(w2 * (medians_s - shape(x))) / np.sum(w2))
+        return grid, (intercept + shape(gx)) * 1e3
+    if math.isfinite(ridge.linear_slope_s_per_token) and math.isfinite(ridge.linear_intercept_s):
+        return grid, (ridge.linear_intercept_s + ridge.linear_slope_s_per_token * gx) * 1e3
+    return None
+
+
+def profile_curve(profile: Profile) -> ProfileCurve | None:
+    prefill = sorted(profile.series("prefill"), key=lambda p: p.prompt_tokens)
+    prefill = [p for p in prefill if p.times_s]
+    if not prefill:
+        return None
+    tokens = np.array([p.prompt_tokens for p in prefill], dtype=np.float64)
+    medians = np.array([p.median_s for p in prefill], dtype=np.float64)
+    spread = np.array([p.spread_s for p in prefill], dtype=np.float64)
+    repeated = any(len(p.times_s) > 1 for p in prefill)
+    fit = _hinge_curve(profile, tokens, medians)
+    measured = profile.kind != "analytic"
+    return ProfileCurve(
+        label=f"{profile.engine.name}"
+        + (f" {profile.engine.version}" if profile.engine.version else ""),
+        tokens=tokens,
+        median_ms=medians * 1e3,
+        lo_ms=spread[:, 0] * 1e3 if repeated else None,
+        hi_ms=spread[:, 1] * 1e3 if repeated else None,
+        fit_tokens=None if fit is None else fit[0],
+        fit_ms=None if fit is None else fit[1],
+        measured=measured,
+    )
+
+
+def profile_input(
+    profiles: Sequence[Profile],
+    *,
+    floor_tokens: int | None = None,
+    ceilings_tokens: Mapping[float, int] | None = None,
+    ceilings_note: str | None = None,
+) -> ProfileInput:
+    """The profile section from one or more profiles (e.g. vLLM and torch side by side); the
+    ridge, its band and the tile probes come from the first."""
+    if not profiles:
+        raise UserError("report: no profile given")
+    curves = [c for c in (profile_curve(p) for p in profiles) if c is not None]
+    main = profiles[0]
+    ridge = main.ridge
+    knee = ridge.knee_tokens if ridge is not None and ridge.knee_found else None
+    ci = None
+    if ridge is not None and ridge.ci_low_tokens is not None and ridge.ci_high_tokens is not None:
+        ci = (float(ridge.ci_low_tokens), float(ridge.ci_high_tokens))
+    tiles = []
+    prefill = {p.prompt_tokens: p for p in main.series("prefill")}
+    for probe in main.series("prefill", include_tiles=True):
+        base = prefill.get(probe.prompt_tokens - 1)
+        if probe.tag == "tile" and base is not None and probe.times_s and base.times_s:
+            tiles.append(TileProbe(base.prompt_tokens, base.median_s * 1e3, probe.median_s * 1e3))
+    errors: dict[str, str] = {}
+    if main.step is not None and main.kind != "analytic":  # analytic: the model fits itself
+        for series, err in main.step.errors.items():
+            if err.count and math.isfinite(err.median_rel_error):
+                errors[f"step-time model, {series}"] = (
+                    f"median {100 * err.median_rel_error:.1f}%, max {100 * err.max_rel_error:.1f}% "
+                    f"over {err.count} probes"
+                )
+    note = None
+    if ridge is not None and not ridge.knee_found:
+        note = f"No knee reported: {ridge.reason}. The dashed line is the linear fit."
+    if main.kind == "analytic":
+        note = (
+            (note or "") + " This profile is model output from presets, not a measurement."
+        ).strip()
+    return ProfileInput(
+        curves=tuple(curves),
+        ridge_tokens=knee,
+        ridge_ci_tokens=ci,
+        knee_note=note,
+        floor_tokens=floor_tokens,
+        ceilings_tokens=dict(ceilings_tokens or {}),
+        ceilings_note=ceilings_note,
+        tile_probes=tuple(tiles),
+        fit_errors=errors,
+    )
+
+
+def profile_report(
+    profile: Profile,
+    *,
+    floor_tokens: int | None = None,
+    ceilings_tokens: Mapping[float, int] | None = None,
+    ceilings_note: str | None = None,
+    others: Sequence[Profile] = (),
+    profile_file: str | None = None,
+) -> ReportInput:
+    """A page for a profile on its own."""
+    section = profile_input(
+        [profile, *others],
+        floor_tokens=floor_tokens,
+        ceilings_tokens=ceilings_tokens,
+        ceilings_note=ceilings_note,
+    )
+    ridge = profile.ridge
+    if ridge is not None and ridge.knee_found and ridge.knee_tokens:
+        headline = f"Ridge P* ≈ {ridge.knee_tokens:.0f} tokens"
+        if floor_tokens:
+            headline += f"; budget floor {floor_tokens} tokens"
+    else:
+        headline = "No knee in the measured range" + (f": {ridge.reason}" if ridge else "")
+    facts = [
+        ("kind", profile.label),
+        ("engine", f"{profile.engine.name} {profile.engine.version or ''}".strip()),
+        ("model", profile.model.source),
+        ("hardware", f"{profile.hardware.name} x{profile.hardware.count}"),
+    ]
+    facts += [
+        (f"TBT {t:g} ms reached at", f"{b} tokens")
+        for t, b in sorted((ceilings_tokens or {}).items())
+    ]
+    if profile.step is not None:
+        step = profile.step
+        facts.append(
+            (
+                "fitted step model",
+                f"F {step.flops_per_s / 1e12:.3g} TFLOP/s, B {step.bytes_per_s / 1e12:.3g} TB/s, "
+                f"t0 {step.overhead_s * 1e3:.3g} ms, {step.mode}",
+            )
+        )
+    notes = () if profile.complete else (f"Partial profile: {profile.error or 'incomplete'}",)
+    return ReportInput(
+        title=f"budgettune profile: {profile.model.source} on {profile.hardware.name}",
+        kind="profile",
+        verdict=Verdict(headline=headline, facts=tuple(facts)),
+        profile=section,
+        provenance=Provenance(
+            versions=(
+                ("budgettune", profile.budgettune_version),
+                ("engine", f"{profile.engine.name} {profile.engine.version or ''}".strip()),
+            ),
+            hardware=(
+                ("hardware", f"{profile.hardware.kind}: {profile.hardware.name}"),
+                ("driver", profile.hardware.driver or "-"),
+            ),
+            created=profile.created_utc,
+            files=(("profile", profile_file),) if profile_file else (),
+        ),
+        notes=notes,
+    )
