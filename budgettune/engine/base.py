@@ -45,6 +45,12 @@ class LaunchSpec:
     health_timeout_s: float = DEFAULT_HEALTH_TIMEOUT_S
     stop_grace_s: float = DEFAULT_STOP_GRACE_S
     url: str | None = None  # external engines only: the server to measure
+    # Real engines only (vLLM, SGLang; the sim ignores them). None leaves the engine's default.
+    # prefix_caching False (the default) turns it off so replays are not flattered by hits.
+    dtype: str | None = None
+    tensor_parallel_size: int | None = None
+    gpu_memory_utilization: float | None = None
+    prefix_caching: bool = False
 
 
 @dataclass(slots=True, frozen=True)
