@@ -16,13 +16,8 @@ from budgettune.pipeline.profile import summarize as profile_summary
 from budgettune.profile.schema import Profile, profile_from_json
 from budgettune.report.html import write_report
 from budgettune.report.inputs import ReportInput
-from budgettune.report.sources import (
-    Slo,
-    profile_report,
-    read_json,
-    results_input,
-    simulate_input,
-)
+from budgettune.report.sources import Slo, read_json, results_input, simulate_input
+from budgettune.report.sources_profile import profile_report
 from budgettune.results import RESULTS_FILE, Results
 
 REPORT_FILE = "report.html"

@@ -16,8 +16,8 @@ from budgettune.report.charts import (
     NEUTRAL_COLOR,
     TEMPLATE,
     Chart,
-    _round,
     fmt_ms,
+    round_sig,
 )
 from budgettune.report.inputs import TimelineInput, TimelineRequest, WorkloadInput
 
@@ -86,8 +86,8 @@ def arrival_rate_chart(workload: WorkloadInput) -> Chart | None:
     mean_rate = (len(arrivals) - 1) / span
     fig = go.Figure(
         go.Scatter(
-            x=_round((edges[:-1] + edges[1:]) / 2),
-            y=_round(counts / width),
+            x=round_sig((edges[:-1] + edges[1:]) / 2),
+            y=round_sig(counts / width),
             mode="lines",
             line={"color": MEASURED_COLOR, "shape": "hvh"},
             name=f"arrival rate per {width:.3g} s bin",
@@ -197,7 +197,7 @@ def timeline_chart(timeline: TimelineInput) -> Chart | None:
     fig = go.Figure()
     fig.add_trace(
         go.Scatter(
-            x=_round(wait_x, 6),
+            x=round_sig(wait_x, 6),
             y=wait_y,
             mode="lines",
             line={"color": "rgba(87,96,106,0.35)", "width": 5},
@@ -207,7 +207,7 @@ def timeline_chart(timeline: TimelineInput) -> Chart | None:
     )
     fig.add_trace(
         go.Scatter(
-            x=_round(tok_x, 6),
+            x=round_sig(tok_x, 6),
             y=tok_y,
             mode="markers",
             marker={"color": MEASURED_COLOR, "size": 3},
@@ -218,7 +218,7 @@ def timeline_chart(timeline: TimelineInput) -> Chart | None:
     if stall_x:
         fig.add_trace(
             go.Scatter(
-                x=_round(stall_x, 6),
+                x=round_sig(stall_x, 6),
                 y=stall_y,
                 mode="lines",
                 line={"color": FAIL_COLOR, "width": 3},
@@ -229,7 +229,7 @@ def timeline_chart(timeline: TimelineInput) -> Chart | None:
     if fail_x:
         fig.add_trace(
             go.Scatter(
-                x=_round(fail_x, 6),
+                x=round_sig(fail_x, 6),
                 y=fail_y,
                 mode="markers",
                 marker={"symbol": "x", "size": 10, "color": "black"},

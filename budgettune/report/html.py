@@ -15,18 +15,14 @@ from urllib.parse import quote
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
-from budgettune.report.charts import (
-    FAIL_COLOR,
-    PASS_COLOR,
-    Chart,
+from budgettune.report.charts import Chart, fmt_ms, profile_chart
+from budgettune.report.charts_run import arrival_rate_chart, timeline_chart, workload_lengths_chart
+from budgettune.report.charts_sweep import (
     cdf_chart,
     failures_chart,
-    fmt_ms,
     latency_vs_budget_chart,
-    profile_chart,
     throughput_chart,
 )
-from budgettune.report.charts_run import arrival_rate_chart, timeline_chart, workload_lengths_chart
 from budgettune.report.inputs import (
     BudgetPoint,
     Percentiles,
@@ -324,8 +320,6 @@ def write_report(report: ReportInput, path: Path) -> ReportPage:
 
 
 __all__ = [
-    "FAIL_COLOR",
-    "PASS_COLOR",
     "ReportPage",
     "collect_charts",
     "render_html",
