@@ -99,7 +99,7 @@ def test_bad_profile_files(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="not JSON"):
         load_profile(tmp_path / "bad.json")
     (tmp_path / "other.json").write_text('{"schema_version": 1, "kind": "x"}')
-    with pytest.raises(SpecError, match="other.json: not a budgettune profile"):
+    with pytest.raises(SpecError, match=r"other\.json: not a budgettune profile"):
         load_profile(tmp_path / "other.json")
     profile = _analytic(tmp_path).profile
     doc = profile_to_json(profile)
