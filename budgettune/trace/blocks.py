@@ -42,7 +42,8 @@ def open_trace_file(path: str | Path) -> BinaryIO:
     magic = raw.read(4)
     raw.seek(0)
     if magic.startswith(_GZIP_MAGIC):
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+        raw.close()  # gzip.open owns (and closes) its own file
+        return gzip.open(name, "rb")  # type: ignore[return-value]
     if magic == _ZSTD_MAGIC:
         try:
             import zstandard
@@ -76,9 +77,11 @@ class LineBlock:
 
 
 def iter_line_blocks(
-    stream: BinaryIO, path: str, *, skip_lines: int = 0, block_bytes: int = BLOCK_BYTES
+    stream: BinaryIO, path: str, *, skip_lines: int = 0, block_bytes: int | None = None
 ) -> Iterator[LineBlock]:
-    """Yield blocks of whole non-blank lines, after skipping the first ``skip_lines`` lines."""
+    """Yield blocks of whole non-empty lines, after skipping the first ``skip_lines`` lines.
+    ``block_bytes`` defaults to the module's BLOCK_BYTES (read at call time)."""
+    block_bytes = block_bytes or BLOCK_BYTES
     pending = b""
     next_line = 1
     first = True

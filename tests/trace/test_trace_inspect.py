@@ -1,0 +1,100 @@
+"""Trace statistics: hand-computed on a tiny trace, the real Azure 2023 figures, the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from budgettune.cli import app
+from budgettune.trace.inspect import log2_histogram, trace_stats
+from budgettune.trace.load import load_trace
+from budgettune.trace.schema import Trace
+
+AZURE = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "azure-llm-2023-conv.csv"
+
+
+def test_stats_by_hand() -> None:
+    trace = Trace(
+        prompt_tokens=np.array([100, 600, 3000, 9000], dtype=np.int64),
+        output_tokens=np.array([10, 20, 30, 40], dtype=np.int64),
+        arrival_s=np.array([0.0, 1.0, 2.0, 6.0]),
+        prefix_group=np.array([0, 0, -1, -1], dtype=np.int64),
+        prefix_tokens=np.array([50, 50, 0, 0], dtype=np.int64),
+    )
+    stats = trace_stats(trace)
+    assert stats.requests == 4
+    assert stats.span_s == 6.0
+    assert stats.rate_per_s == 0.5  # 3 gaps over 6 s
+    # gaps 1, 1, 4: mean 2, population std sqrt(2)
+    assert stats.interarrival_cv == pytest.approx(np.sqrt(2) / 2)
+    assert stats.prompt_tokens.mean == 3175.0
+    assert stats.prompt_tokens.p50 == 1800.0  # halfway between 600 and 3000
+    assert stats.prompt_tokens.max == 9000
+    assert dict(stats.prompt_share_above) == {512: 0.75, 2048: 0.5, 8192: 0.25}
+    assert stats.shared_prefix_share == 0.5
+    assert stats.shared_prefix_token_share == pytest.approx(100 / 12700)
+    assert sum(stats.prompt_histogram.counts) == 4
+
+
+def test_lengths_only_trace_has_no_time_figures() -> None:
+    trace = Trace(
+        prompt_tokens=np.array([5], dtype=np.int64), output_tokens=np.array([1], dtype=np.int64)
+    )
+    document = trace_stats(trace).to_json()
+    assert document["span_s"] is None and document["rate_per_s"] is None
+    assert document["interarrival_cv"] is None and document["shared_prefix_share"] is None
+
+
+def test_log2_histogram_edges_and_counts() -> None:
+    histogram = log2_histogram(np.array([1, 3, 4, 7, 8, 1024], dtype=np.int64))
+    assert histogram.edges[0] == 1 and histogram.edges[-1] == 2048
+    assert histogram.counts[:4] == (1, 1, 2, 1)  # [1,2) [2,4) [4,8) [8,16)
+    assert histogram.counts[-1] == 1  # 1024 in [1024, 2048)
+
+
+def test_real_azure_2023_conversation_trace() -> None:
+    trace, report = load_trace(AZURE)
+    assert report.format == "azure" and report.requests == 19_366 and not report.warnings
+    stats = trace_stats(trace)
+    assert stats.requests == 19_366
+    assert round(stats.prompt_tokens.mean, 1) == 1154.7
+    assert (stats.prompt_tokens.p50, stats.prompt_tokens.p90) == (1020.0, 2734.5)
+    assert (stats.prompt_tokens.p99, stats.prompt_tokens.max) == (4142.0, 14050)
+    assert round(stats.output_tokens.mean, 1) == 211.1
+    assert (stats.output_tokens.p50, stats.output_tokens.max) == (129.0, 1000)
+    assert stats.rate_per_s is not None and round(stats.rate_per_s, 2) == 5.53
+    assert stats.span_s is not None and round(stats.span_s, 1) == 3501.7
+    assert stats.interarrival_cv is not None and round(stats.interarrival_cv, 2) == 1.09
+
+
+def test_inspect_json_keys(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["trace", "inspect", str(AZURE), "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    issue_keys = {
+        "requests",
+        "span_s",
+        "rate_per_s",
+        "interarrival_cv",
+        "prompt_tokens",
+        "output_tokens",
+    }
+    assert issue_keys <= document.keys()
+    assert set(document["prompt_tokens"]) == {"mean", "p50", "p90", "p99", "max"}
+    assert set(document["output_tokens"]) == {"mean", "p50", "p90", "p99", "max"}
+    assert document["requests"] == 19_366
+    assert document["prompt_tokens"]["p90"] == 2734.5
+
+
+def test_inspect_table_and_histograms() -> None:
+    result = CliRunner().invoke(app, ["trace", "inspect", str(AZURE)], env={"COLUMNS": "120"})
+    assert result.exit_code == 0, result.output
+    assert "19,366" in result.output
+    assert "5.530 requests/s" in result.output
+    assert "p90 2,734.5" in result.output
+    assert "1,024-2,047" in result.output and "█" in result.output
+    assert "prompt tokens" in result.output and "output tokens" in result.output
