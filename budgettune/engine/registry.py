@@ -7,12 +7,16 @@ from collections.abc import Callable
 
 from budgettune.engine.base import Engine
 from budgettune.engine.external import ExternalEngine
+from budgettune.engine.sglang import SglangEngine
 from budgettune.engine.sim_server import SimEngine
+from budgettune.engine.vllm import VllmEngine
 from budgettune.errors import SpecError
 
 ENGINES: dict[str, Callable[[], Engine]] = {
     "sim": SimEngine,
     "external": ExternalEngine,
+    "vllm": VllmEngine,
+    "sglang": SglangEngine,
 }
 
 
