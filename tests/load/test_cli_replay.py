@@ -1,0 +1,126 @@
+"""`budgettune replay` and `budgettune serve` through the installed command, as a user runs
+them: JSON output, results.json, --url against `serve`, Ctrl-C, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+
+from budgettune.engine.process import free_port, group_members
+from budgettune.results import load_results
+
+TRAFFIC = ["--rate", "20", "--requests", "8", "--prompt-dist", "fixed:100", "--output-dist"]
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the server exited"
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"{url} never became healthy")
+
+
+def test_replay_launches_sim_prints_json_and_writes_results(
+    budgettune_cmd: list[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    done = subprocess.run(
+        [*budgettune_cmd, "replay", "--engine", "sim", "--budget", "512", *TRAFFIC, "fixed:6",
+         "--json", "-o", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    for key in ("ttft_ms", "tbt_ms", "tpot_ms", "e2e_ms"):
+        assert set(doc[key]) == {"p50", "p90", "p99", "p999", "max"}
+    assert (doc["completed"], doc["failed"], doc["budget"]) == (8, 0, 512)
+    assert doc["selfcheck"]["sent"] == 8 and doc["selfcheck"]["server"]["itl"]["count"] == 40
+    results = load_results(out)
+    assert results.kind == "replay" and results.complete
+    assert results.engine is not None and results.engine["name"] == "sim"
+    assert results.config["budget"] == 512 and results.command[:2] == ["budgettune", "replay"]
+    point = results.points[0]
+    assert point["tbt_ms"] == doc["tbt_ms"] and len(point["records"]) == 8
+    assert all(len(r["token_times_s"]) == 6 for r in point["records"])
+    assert not group_members(results.engine["pid"])
+    assert (out / "engine-512.log").read_text().startswith("budgettune")
+
+
+def test_serve_in_foreground_measured_with_url_then_ctrl_c(
+    budgettune_cmd: list[str], tmp_path: Path
+) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    serve = subprocess.Popen(
+        [*budgettune_cmd, "serve", "--engine", "sim", "--budget", "256", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        _wait_healthy(url, serve)
+        done = subprocess.run(
+            [*budgettune_cmd, "replay", "--url", url, *TRAFFIC, "fixed:4", "--json", "-o",
+             str(tmp_path / "ext")],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        doc = json.loads(done.stdout)
+        assert doc["completed"] == 8 and doc["engine"]["name"] == "external"
+        assert doc["engine"]["pid"] is None  # nothing was launched
+    finally:
+        serve.send_signal(signal.SIGINT)
+        stdout, stderr = serve.communicate(timeout=20)
+    assert serve.returncode == 0
+    assert b"budget 256" in stdout and b"stopped;" in stderr
+
+
+def test_ctrl_c_during_replay_writes_partial_results_and_stops_the_engine(
+    budgettune_cmd: list[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "partial"
+    proc = subprocess.Popen(
+        [*budgettune_cmd, "replay", "--engine", "sim", "--budget", "512", "--rate", "10",
+         "--requests", "60", "--prompt-dist", "fixed:200", "--output-dist", "fixed:300",
+         "-o", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    log = out / "engine-512.log"
+    deadline = time.monotonic() + 30
+    while not (log.exists() and "listening" in log.read_text()):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    time.sleep(1.5)  # mid-run: some requests done, many in flight, many unsent
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert b"interrupted" in stderr
+    results = load_results(out)
+    assert not results.complete and "interrupted" in (results.incomplete_reason or "")
+    records = results.points[0]["records"]
+    assert 0 < len(records) < 60
+    assert any(r["error"] and r["error"].startswith("cancelled") for r in records)
+    assert results.engine is not None and not group_members(results.engine["pid"])
+    assert "stopped;" in log.read_text()  # the engine got SIGINT and shut down cleanly
+
+
+def test_user_mistakes_are_one_line_errors(budgettune_cmd: list[str]) -> None:
+    for args, message in (
+        (["serve", "--engine", "vllm"], "`serve` runs sim"),
+        (["replay", "--engine", "tgi", "--rate", "1"], "known: sim, external"),
+        (["replay", "--url", "http://x:1", "--budget", "512", "--rate", "1"], "--budget: not"),
+        (["replay", "--budget", "256,512", "--rate", "1"], "one budget per replay"),
+        (["replay", "--merged-chunks", "avg", "--rate", "1"], "--merged-chunks"),
+    ):
+        done = subprocess.run([*budgettune_cmd, *args], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, (args, done.stderr)
+        assert message in done.stderr and "Traceback" not in done.stderr
