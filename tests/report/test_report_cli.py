@@ -1,0 +1,113 @@
+"""`budgettune report` through typer's CliRunner and the installed command: pages written, one-line
+errors with exit code 2 for bad input, and a real replay on the embedded engine rebuilt into a
+page from its results.json alone."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from report_builders import SIM_DOC
+from typer.testing import CliRunner
+
+from budgettune.cli import app
+
+runner = CliRunner()
+
+
+def test_report_from_simulate_json(tmp_path: Path) -> None:
+    source = tmp_path / "sim.json"
+    source.write_text(json.dumps(SIM_DOC))
+    out = tmp_path / "pages" / "sim.html"
+    result = runner.invoke(
+        app, ["report", str(source), "--slo-tbt", "50ms", "--slo-ttft", "1s", "-o", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "simulate" in result.output and str(out) in result.output.replace("\n", "")
+    page = out.read_text()
+    for chart_id in ("chart-tbt-vs-budget", "chart-ttft-vs-budget", "chart-throughput"):
+        assert f'id="{chart_id}"' in page
+    assert "Largest simulated budget meeting the SLOs at 16 requests/s: 1024" in page
+
+
+def test_default_output_is_beside_the_source(tmp_path: Path) -> None:
+    source = tmp_path / "sim.json"
+    source.write_text(json.dumps(SIM_DOC))
+    result = runner.invoke(app, ["report", str(source)])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "report.html").is_file()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["missing.json"], "no such file"),
+        (["{bad}", "--slo-tbt", "50mss"], "--slo-tbt"),
+        (["{bad}", "--percentile", "0"], "--percentile"),
+        (["{bad}"], "cannot tell what this file is"),
+        (["{notjson}"], "cannot read JSON"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(
+    tmp_path: Path, budgettune_cmd: list[str], args: list[str], message: str
+) -> None:
+    (tmp_path / "bad.json").write_text(json.dumps({"hello": 1}))
+    (tmp_path / "notjson.json").write_text("{not json")
+    argv = [a.format(bad=tmp_path / "bad.json", notjson=tmp_path / "notjson.json") for a in args]
+    done = subprocess.run(
+        [*budgettune_cmd, "report", *argv], capture_output=True, text=True, cwd=tmp_path, timeout=60
+    )
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr
+    assert len([line for line in done.stderr.splitlines() if line.strip()]) <= 2  # error + hint
+    assert not (tmp_path / "report.html").exists()
+
+
+@pytest.mark.slow
+def test_real_replay_rebuilt_from_results(tmp_path: Path, budgettune_cmd: list[str]) -> None:
+    run = tmp_path / "run"
+    replay = subprocess.run(
+        [
+            *budgettune_cmd,
+            "replay",
+            "--engine",
+            "sim",
+            "--budget",
+            "512",
+            "--rate",
+            "10",
+            "--requests",
+            "30",
+            "--prompt-dist",
+            "lognormal:mean=800,sigma=1.0,max=4096",
+            "--output-dist",
+            "lognormal:mean=40,sigma=0.5,max=120",
+            "-o",
+            str(run),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert replay.returncode == 0, replay.stderr[-2000:]
+    done = subprocess.run(
+        [*budgettune_cmd, "report", str(run), "--slo-tbt", "50ms", "--slo-ttft", "2s"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    page = (run / "report.html").read_text()
+    results = json.loads((run / "results.json").read_text())
+    point = results["points"][0]
+    for chart_id in ("chart-tbt-cdf", "chart-ttft-cdf", "chart-workload-lengths", "chart-timeline"):
+        assert f'id="{chart_id}"' in page
+    # the verdict quotes the p99 TBT the replay itself recorded
+    p99 = point["tbt_ms"]["p99"]
+    shown = f"{p99:.3g} ms"
+    assert f"p99 TBT {shown}" in page
+    assert '<a href="results.json">' in page
+    assert "budgettune replay --engine sim --budget 512" in page
