@@ -19,7 +19,13 @@ from rich.table import Table
 
 from budgettune.cli import app
 from budgettune.cli._common import console, console_err, print_json
-from budgettune.pipeline.profile import ENGINES, ProfileConfig, ProfileOutcome, run_profile
+from budgettune.pipeline.profile import (
+    ENGINES,
+    ProfileConfig,
+    ProfileOutcome,
+    run_profile,
+    validate,
+)
 from budgettune.profile.schema import Profile, profile_to_json
 from budgettune.sim.stepmodel import DEFAULT_BANDWIDTH_EFFICIENCY, DEFAULT_COMPUTE_EFFICIENCY
 from budgettune.units import format_ms, parse_duration_s, parse_int_list, parse_tokens
@@ -124,6 +130,7 @@ def profile(
         mode=mode,
         tensor_parallel=tensor_parallel,
     )
+    validate(config)  # bad input fails here, before anything starts
     with Progress(
         TextColumn("{task.description:<8}"),
         BarColumn(),
@@ -133,7 +140,7 @@ def profile(
         TimeElapsedColumn(),
         console=console_err,
         transient=True,
-        disable=config.engine == "analytic",
+        disable=config.engine == "analytic" or not console_err.is_terminal,
     ) as bar:
         task = bar.add_task("probes", total=None)
 

@@ -136,11 +136,6 @@ def validate(config: ProfileConfig) -> ModelShape:
     ):
         if not 0 < eff <= 1:
             raise SpecError(f"{option}: must be in (0, 1], got {eff!r}")
-    if limit is not None and max(config.contexts) + 1 > limit:
-        raise SpecError(
-            f"--contexts: {max(config.contexts)} leaves no room for a decode in the model's "
-            f"max length {limit}"
-        )
     return shape
 
 
@@ -190,13 +185,17 @@ def run_profile(
     return ProfileOutcome(profile, summary, path, csv_path)
 
 
-def _plan(config: ProfileConfig, *, kv_token_budget: int | None = None) -> ProfilePlan:
+def _plan(
+    config: ProfileConfig, shape: ModelShape, *, kv_token_budget: int | None = None
+) -> ProfilePlan:
+    # A decode at context L needs L + 1 positions: keep contexts inside the model's length.
+    longest = (shape.max_position_embeddings or config.max_tokens + 1) - 1
     plan = make_plan(
         max_tokens=config.max_tokens,
         max_batch=config.max_batch,
-        contexts=config.contexts,
+        contexts=[min(c, longest) for c in config.contexts],
         repeats=config.repeats,
-        mixed_context=config.typical_context,
+        mixed_context=min(config.typical_context, longest),
         kv_token_budget=kv_token_budget,
     )
     return ProfilePlan(plan.probes, plan.repeats, refine_knee=config.refine_knee)
@@ -225,7 +224,7 @@ def _analytic(config: ProfileConfig, shape: ModelShape, created: str) -> Profile
         bytes_per_weight=weight_bytes,
         kv_bytes_per_element=weight_bytes,
         tensor_parallel=config.tensor_parallel,
-        plan=_plan(config),
+        plan=_plan(config, shape),
         created_utc=created,
         budgettune_version=__version__,
         settings={
@@ -302,7 +301,7 @@ def _measured(
             return ridge.knee_tokens
 
         run = run_probes(
-            _plan(config),
+            _plan(config, shape),
             timer,
             progress=progress,
             probe_timeout_s=config.probe_timeout_s,
