@@ -6,6 +6,7 @@ from budgettune.cli import (
     report,  # noqa: F401
     roofline,  # noqa: F401
     serve,  # noqa: F401
+    simulate,  # noqa: F401
     tiny_model,  # noqa: F401
     trace,  # noqa: F401
 )
