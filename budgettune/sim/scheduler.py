@@ -11,14 +11,20 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from budgettune.errors import SpecError
+from budgettune.sim.iteration import IterationOutcome, IterationPlan, RequestId
 from budgettune.sim.kvcache import DEFAULT_BLOCK_SIZE, BlockPool, blocks_for
-from budgettune.sim.stepmodel import StepModel
 
-RequestId = Hashable
+__all__ = [
+    "IterationOutcome",
+    "IterationPlan",
+    "RequestId",
+    "Scheduler",
+    "SchedulerConfig",
+    "chunk_tokens",
+]
 
 WAITING, PREFILLING, DECODING, FINISHED, ABORTED = range(5)
 STATE_NAMES = ("waiting", "prefilling", "decoding", "finished", "aborted")
@@ -109,71 +115,6 @@ class _Request:
     preemptions: int = 0
     # One (first-token iteration, tick0, decode tokens) per segment between preemptions.
     segments: list[tuple[int, int, int]] = field(default_factory=list)
-
-
-@dataclass(slots=True, eq=False)
-class IterationPlan:
-    """The decisions for one iteration (returned by :meth:`Scheduler.schedule`).
-
-    chunks: (request_id, tokens, offset) per prompt chunk, phase order; decodes: decode tokens,
-    one per running decode; decode_context_tokens: the sum of their contexts (tokens each one
-    attends to, itself included); preempted: request ids sent back to waiting this iteration.
-    The prefill_* fields are the aggregates :meth:`StepModel.step_time_s` takes.
-    """
-
-    index: int
-    chunks: list[tuple[RequestId, int, int]] = field(default_factory=list)
-    decodes: int = 0
-    decode_context_tokens: int = 0
-    prefill_tokens: int = 0
-    prefill_pairs: float = 0.0
-    prefill_prefix_tokens: int = 0
-    preempted: list[RequestId] = field(default_factory=list)
-    _chunk_requests: list[_Request] = field(default_factory=list, repr=False)
-
-    @property
-    def empty(self) -> bool:
-        return self.decodes == 0 and not self.chunks
-
-    @property
-    def tokens(self) -> int:
-        """Tokens in the iteration (what counts against the budget)."""
-        return self.prefill_tokens + self.decodes
-
-    def step_time_s(self, model: StepModel) -> float:
-        return model.step_time_s(
-            self.prefill_tokens,
-            self.prefill_pairs,
-            self.prefill_prefix_tokens,
-            self.decodes,
-            self.decode_context_tokens,
-        )
-
-    def _add_chunk(self, request: _Request, n: int) -> None:
-        offset = request.prefilled
-        self.chunks.append((request.rid, n, offset))
-        self._chunk_requests.append(request)
-        self.prefill_tokens += n
-        self.prefill_pairs += n * offset + n * n / 2.0
-        self.prefill_prefix_tokens += offset
-
-
-@dataclass(frozen=True, slots=True)
-class IterationOutcome:
-    """What one committed iteration produced (returned by :meth:`Scheduler.commit`).
-
-    first_token_ids: requests whose prefill completed (they emitted their first token, or the
-    first after a recompute); finished_ids: requests that emitted their last token;
-    emitted_ids: every request that emitted a token, built only with ``commit(with_ids=True)``.
-    """
-
-    index: int
-    tokens: int
-    emitted_tokens: int
-    first_token_ids: list[RequestId]
-    finished_ids: list[RequestId]
-    preempted_ids: list[RequestId]
-    emitted_ids: list[RequestId] | None = None
 
 
 class Scheduler:
@@ -345,7 +286,7 @@ class Scheduler:
                 continue
             self.pool.used += need
             r.blocks += need
-            plan._add_chunk(r, n)
+            self._add_chunk(plan, r, n)
             left -= n
         # 3. Admissions, FCFS, while budget, sequence slots and KV blocks remain; none after a
         # preemption (as vLLM), since the blocks just freed belong to the preempted requests.
@@ -363,7 +304,7 @@ class Scheduler:
                 break
             waiting.popleft()
             self._admit(r, need)
-            plan._add_chunk(r, n)
+            self._add_chunk(plan, r, n)
             left -= n
 
     def _schedule_prefill_first(self, plan: IterationPlan) -> None:
@@ -380,7 +321,7 @@ class Scheduler:
                 break
             waiting.popleft()
             self._admit(r, need)
-            plan._add_chunk(r, n)
+            self._add_chunk(plan, r, n)
         if plan.chunks:
             return
         # 1. Nothing admissible: a decode-only iteration.
@@ -407,6 +348,14 @@ class Scheduler:
         self._prefilling.append(r)
         self._running_order.append(r)
         self._num_running += 1
+
+    def _add_chunk(self, plan: IterationPlan, r: _Request, n: int) -> None:
+        offset = r.prefilled
+        plan.chunks.append((r.rid, n, offset))
+        plan._chunk_requests.append(r)
+        plan.prefill_tokens += n
+        plan.prefill_pairs += n * offset + n * n / 2.0
+        plan.prefill_prefix_tokens += offset
 
     def _preempt_newest(self, plan: IterationPlan) -> _Request:
         """Preempt by recompute the most recently admitted running request (lowest FCFS
