@@ -1,7 +1,5 @@
-"""Goodput search: the highest arrival rate whose p99 TBT and p99 TTFT meet their SLOs.
-
-Works over any function rate -> MetricsSummary (the simulator or a live engine): bracket the
-answer by doubling or halving from a start rate, then bisect to a relative precision.
+"""Goodput search over any rate -> MetricsSummary function (simulated or live): the highest rate
+whose p99 TBT and p99 TTFT meet their SLOs, by bracketing then bisection.
 """
 
 from __future__ import annotations

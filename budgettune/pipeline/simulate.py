@@ -1,8 +1,6 @@
-"""`simulate`: run a schedule through the simulated scheduler at each budget, summarize the
-metrics, and optionally search each budget's goodput. No parsing of flags, no printing.
-
-The schedule comes from a function rate -> Schedule, so synthetic arrivals and (later) replayed
-traces scaled to a rate plug in the same way.
+"""`simulate`: each budget through the simulator, summarized, optionally with its goodput. The
+schedule comes from a function rate -> Schedule, so synthetic arrivals and replayed traces
+scaled to a rate plug in alike. No flag parsing, no printing.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""The data the scheduler hands out per iteration: the plan it decided and what it produced.
-
-Plain data, no behaviour beyond the step time of a plan; see :class:`budgettune.sim.scheduler.
-Scheduler` for the loop that produces and consumes them.
+"""Plain data the scheduler hands out per iteration: the plan it decided (with the aggregates the
+step-time model takes) and what the committed iteration produced.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""The token-budget scheduler of BRIEF section 4 (vLLM V1 semantics), one iteration at a time.
-
-Each iteration: 1. a token for every running decode, 2. the next chunk of partial prefills,
-3. FCFS admissions under the budget, max_num_seqs and KV blocks; preemption by recompute when
-blocks run out. ``budget_tokens=None`` is the prefill-first baseline (no chunking).
-Per-iteration cost is O(events), not O(running requests): decode aggregates are kept
-incrementally, so the simulator can run thousands of iterations per second of CPU.
+"""The token-budget scheduler of BRIEF section 4 (vLLM V1): 1. decodes, 2. partial prefills,
+3. FCFS admissions under budget, sequences and KV blocks; preemption by recompute; prefill-first
+when the budget is None. O(events) per iteration: decode aggregates are kept incrementally.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """The discrete-event simulator: a Schedule through the Scheduler in virtual time, timed by the
-StepModel, giving one RequestRecord per request with the time of every output token.
-
-Deterministic: the same schedule and settings give bit-identical records (randomness lives in
-the seeded schedule). Runs of decode-only iterations between events are advanced in one jump.
+StepModel, one RequestRecord per request with every token's time. Deterministic; runs of
+decode-only iterations between events advance in one jump.
 """
 
 from __future__ import annotations
