@@ -10,3 +10,4 @@ from budgettune.cli import (
     tiny_model,  # noqa: F401
     trace,  # noqa: F401
 )
+from budgettune.cli import sweep  # noqa: F401

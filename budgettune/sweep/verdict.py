@@ -1,0 +1,168 @@
+"""The sweep's verdict: the largest verified budget meeting both SLOs, with the reasons a user
+needs (the cliff above it, the engine default, what binds when nothing is feasible), and the
+files that carry it: recommendation.json, vllm.yaml, sglang.args."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from budgettune.report.engine_config import write_engine_configs
+from budgettune.sweep.candidates import Candidates
+from budgettune.units import format_ms
+
+
+@dataclass(frozen=True, slots=True)
+class Recommendation:
+    """The chosen budget (None when no verified budget meets both SLOs) and why."""
+
+    budget_tokens: int | None
+    headline: str
+    reasons: tuple[str, ...]
+    binding_slo: str | None  # "tbt", "ttft" or "both" when nothing is feasible
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "budget": self.budget_tokens,
+            "headline": self.headline,
+            "reasons": list(self.reasons),
+            "binding_slo": self.binding_slo,
+        }
+
+    @property
+    def text(self) -> str:
+        return " ".join([self.headline, *self.reasons])
+
+
+def _ms(value_ms: float | None) -> str:
+    return "failed requests" if value_ms is None else format_ms(value_ms / 1e3)
+
+
+def recommend(
+    points: Sequence[dict[str, Any]],
+    *,
+    slo_tbt_s: float,
+    slo_ttft_s: float,
+    percentile: float,
+    rate_per_s: float,
+    default_budget: int | None,
+    candidates: Candidates,
+) -> Recommendation:
+    """Pick the largest measured budget that met both SLOs and explain the choice."""
+    p = f"p{percentile:g}"
+    slo_tbt, slo_ttft = format_ms(slo_tbt_s), format_ms(slo_ttft_s)
+    measured = sorted(
+        (pt for pt in points if pt.get("status") == "measured"), key=lambda pt: pt["budget"]
+    )
+    passing = [pt for pt in measured if pt["ok"]]
+    reasons: list[str] = []
+    for pt in points:
+        if pt.get("status") not in (None, "measured"):
+            reasons.append(
+                f"Budget {pt['budget']}: {pt['status'].replace('_', ' ')} ({pt.get('error')})."
+            )
+    if passing:
+        best = passing[-1]
+        headline = (
+            f"Recommended: {best['budget']}. {p} TBT {_ms(best['tbt_ms'])} <= {slo_tbt}, "
+            f"{p} TTFT {_ms(best['ttft_ms'])} <= {slo_ttft} at {rate_per_s:.3g} req/s."
+        )
+        above = [pt for pt in measured if pt["budget"] > best["budget"]]
+        if above:
+            reasons.insert(0, f"{above[0]['budget']} {_breaks(above[0], p)}.")
+        elif best["budget"] == max(candidates.budgets, default=best["budget"]):
+            reasons.insert(0, "It is the largest candidate; larger budgets were not tried.")
+        reasons.extend(_default_reason(measured, default_budget, best["budget"], slo_tbt_s, p))
+        return Recommendation(best["budget"], headline, tuple(reasons), None)
+    tbt_fail = [pt for pt in measured if not pt["tbt_ok"]]
+    ttft_fail = [pt for pt in measured if not pt["ttft_ok"]]
+    if not measured:
+        return Recommendation(
+            None,
+            "No recommendation: no budget could be measured.",
+            tuple(reasons or ["Every engine start failed; see the log tails."]),
+            None,
+        )
+    if tbt_fail and not ttft_fail:
+        binding = "tbt"
+        smallest = measured[0]
+        advice = (
+            f"TBT binds: even {smallest['budget']} gives {p} TBT {_ms(smallest['tbt_ms'])} > "
+            f"{slo_tbt}. A smaller budget pays a full weight read per chunk (ridge "
+            f"{candidates.ridge_tokens:.0f} tokens); lower the rate, loosen the TBT SLO, add GPUs "
+            "(tensor parallel), or separate prefill from decode (disaggregation)."
+        )
+    elif ttft_fail and not tbt_fail:
+        binding = "ttft"
+        largest = measured[-1]
+        advice = (
+            f"TTFT binds: even {largest['budget']} gives {p} TTFT {_ms(largest['ttft_ms'])} > "
+            f"{slo_ttft}. Prompts queue faster than they are prefilled: lower the rate, loosen "
+            "the TTFT SLO, try larger budgets (--budgets), add GPUs, or disaggregate prefill."
+        )
+    else:
+        binding = "both"
+        advice = (
+            f"Both bind: budgets small enough for {p} TBT <= {slo_tbt} miss {p} TTFT <= "
+            f"{slo_ttft}, and larger ones break TBT. The load ({rate_per_s:.3g} req/s) is too "
+            "high for these SLOs on this hardware: lower it, loosen an SLO, add GPUs, or "
+            "disaggregate prefill and decode."
+        )
+    reasons.insert(0, advice)
+    return Recommendation(None, "No budget meets both SLOs at this load.", tuple(reasons), binding)
+
+
+def _breaks(point: dict[str, Any], p: str) -> str:
+    parts = []
+    if not point["tbt_ok"]:
+        parts.append(f"{p} TBT ({_ms(point['tbt_ms'])})")
+    if not point["ttft_ok"]:
+        parts.append(f"{p} TTFT ({_ms(point['ttft_ms'])})")
+    return "breaks " + " and ".join(parts) if parts else "meets both"
+
+
+def _default_reason(
+    measured: Sequence[dict[str, Any]],
+    default_budget: int | None,
+    chosen: int,
+    slo_tbt_s: float,
+    p: str,
+) -> list[str]:
+    if default_budget is None or default_budget == chosen:
+        return [] if default_budget is None else ["That is your engine's default."]
+    found = [pt for pt in measured if pt["budget"] == default_budget]
+    if not found:
+        return []
+    point = found[0]
+    if point["ok"]:
+        return [f"Your engine default ({default_budget}) also meets both SLOs."]
+    detail = _breaks(point, p)
+    if not point["tbt_ok"] and point["tbt_ms"]:
+        detail += f", {point['tbt_ms'] / (slo_tbt_s * 1e3):.1f}x the TBT SLO"
+    return [f"Your engine default ({default_budget}) {detail}."]
+
+
+def write_outputs(
+    run_dir: Path,
+    recommendation: Recommendation,
+    *,
+    document: dict[str, Any],
+    max_num_seqs: int,
+    served_model: str | None,
+) -> dict[str, Path]:
+    """recommendation.json always; vllm.yaml and sglang.args when a budget was chosen."""
+    files = {"recommendation": run_dir / "recommendation.json"}
+    files["recommendation"].write_text(json.dumps(document, indent=2, allow_nan=False) + "\n")
+    if recommendation.budget_tokens is not None:
+        vllm_path, sglang_path = write_engine_configs(
+            run_dir,
+            budget_tokens=recommendation.budget_tokens,
+            max_num_seqs=max_num_seqs,
+            model=served_model,
+        )
+        files["vllm"] = vllm_path
+        files["sglang"] = sglang_path
+    return files
