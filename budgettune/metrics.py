@@ -62,6 +62,18 @@ def percentiles(values: FloatArray | Sequence[float]) -> Percentiles:
     return Percentiles(found[0], found[1], found[2], found[3], float(part[n - 1]), n)
 
 
+def quantile(values: FloatArray | Sequence[float], q: float) -> float:
+    """The q-quantile (0-1) of ``values`` with the same interpolation as :func:`percentiles`
+    (for SLOs at a percentile other than the reported ones); nan for no sample."""
+    data = np.asarray(values, dtype=np.float64)
+    n = len(data)
+    if n == 0:
+        return float("nan")
+    position = min(max(q, 0.0), 1.0) * (n - 1)
+    kth = sorted({min(int(position) + d, n - 1) for d in (0, 1)})
+    return _quantile(np.partition(data, kth), position)
+
+
 def _quantile(part: FloatArray, position: float) -> float:
     # Linear interpolation; numpy's lo + (hi - lo) * frac is nan for hi = inf and frac 0.
     lo_index = math.floor(position)
