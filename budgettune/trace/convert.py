@@ -11,9 +11,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from budgettune.errors import TraceError
 from budgettune.trace.schema import FloatArray, IntArray
+
+Fields = Sequence[bytes] | npt.NDArray[np.bytes_]
 
 _TIMESTAMP_HELP = "expected a timestamp like 2023-11-16 18:15:46.6805900 or 2024-05-10T00:00:00Z"
 
@@ -24,23 +27,51 @@ def _show(value: Any) -> str:
     return repr(value) if value != "" else "an empty value"
 
 
-def parse_int_column(
-    values: Sequence[bytes], line_numbers: IntArray, *, path: str, field: str
-) -> IntArray:
+def _as_bytes_array(values: Fields) -> npt.NDArray[np.bytes_]:
+    if isinstance(values, np.ndarray):
+        return np.ascontiguousarray(values)
+    return np.array(values, dtype=np.bytes_) if len(values) else np.empty(0, dtype="S1")
+
+
+def _plain_digits(raw: npt.NDArray[np.bytes_]) -> IntArray | None:
+    """Unsigned decimal integers (digits, then NUL padding) parsed with numpy alone; None when
+    any value has another shape (sign, spaces, decimals), left to the general path."""
+    n, width = len(raw), raw.dtype.itemsize
+    if n == 0 or width > 18:
+        return None
+    matrix = raw.view(np.uint8).reshape(n, width)
+    is_digit = (matrix >= 48) & (matrix <= 57)
+    if not (is_digit[:, 0].all() and (is_digit | (matrix == 0)).all()):
+        return None
+    value = np.zeros(n, dtype=np.int64)
+    for j in range(width):  # Horner's rule, one column of digits at a time
+        value = np.where(is_digit[:, j], value * 10 + (matrix[:, j].astype(np.int64) - 48), value)
+    return value
+
+
+def parse_int_column(values: Fields, line_numbers: IntArray, *, path: str, field: str) -> IntArray:
     """Whole numbers (``"374"``, also ``"374.0"``); raises TraceError at the first value that is
     not one. Signs are accepted here; range checks happen later with the line numbers."""
-    raw = np.array(values, dtype=np.bytes_) if len(values) else np.empty(0, dtype="S1")
+    raw = _as_bytes_array(values)
+    fast = _plain_digits(raw)
+    if fast is not None:
+        return fast
     try:
         return raw.astype(np.int64)
-    except ValueError:
+    except (ValueError, OverflowError):
         pass
     try:
         floats = raw.astype(np.float64)
     except ValueError:
         floats = None
-    if floats is not None and np.all(np.isfinite(floats)) and np.all(floats == np.rint(floats)):
+    if (
+        floats is not None
+        and np.all(np.isfinite(floats))
+        and np.all(floats == np.rint(floats))
+        and np.all(np.abs(floats) < 2**62)
+    ):
         return floats.astype(np.int64)
-    for value, line in zip(values, line_numbers, strict=True):
+    for value, line in zip(raw.tolist(), line_numbers, strict=True):
         try:
             number = float(value)
         except ValueError:
@@ -54,14 +85,18 @@ def parse_int_column(
                 line=int(line),
                 field=field,
             )
+        if abs(number) >= 2**62:
+            raise TraceError(
+                f"{_show(value.strip())} is too large", path=path, line=int(line), field=field
+            )
     raise AssertionError("unreachable: numpy refused a column every value of which parses")
 
 
 def parse_float_column(
-    values: Sequence[bytes], line_numbers: IntArray, *, path: str, field: str
+    values: Fields, line_numbers: IntArray, *, path: str, field: str
 ) -> FloatArray:
     """Finite decimal numbers; raises TraceError at the first value that is not one."""
-    raw = np.array(values, dtype=np.bytes_) if len(values) else np.empty(0, dtype="S1")
+    raw = _as_bytes_array(values)
     try:
         out = raw.astype(np.float64)
     except ValueError:
@@ -72,12 +107,12 @@ def parse_float_column(
             return out
         i = int(bad[0])
         raise TraceError(
-            f"{_show(values[i].strip())} is not a finite number",
+            f"{_show(raw[i].strip())} is not a finite number",
             path=path,
             line=int(line_numbers[i]),
             field=field,
         )
-    for value, line in zip(values, line_numbers, strict=True):
+    for value, line in zip(raw.tolist(), line_numbers, strict=True):
         try:
             float(value)
         except ValueError:
@@ -106,16 +141,14 @@ def _days_from_civil(year: IntArray, month: IntArray, day: IntArray) -> IntArray
 _DIGIT_COLUMNS = [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18]
 
 
-def parse_datetime_ns(
-    values: Sequence[bytes], line_numbers: IntArray, *, path: str, field: str
-) -> IntArray:
+def parse_datetime_ns(values: Fields, line_numbers: IntArray, *, path: str, field: str) -> IntArray:
     """``YYYY-MM-DD[ T]HH:MM:SS[.fraction][Z|+HH:MM]`` to int64 nanoseconds since the epoch (UTC
     when an offset is given, else the naive wall clock). Fractions keep up to 9 digits (Azure
     2023 has 7). Raises TraceError at the first value of another shape."""
     n = len(values)
     if n == 0:
         return np.empty(0, dtype=np.int64)
-    raw = np.strings.strip(np.array(values, dtype=np.bytes_))
+    raw = np.strings.strip(_as_bytes_array(values))
     width = max(raw.dtype.itemsize, 19)
     # pad with NULs so that every index below stays inside the matrix
     mat = np.zeros((n, width + 8), dtype=np.uint8)
@@ -134,21 +167,18 @@ def parse_datetime_ns(
     second = d[:, 12] * 10 + d[:, 13]
     ok &= (month >= 1) & (month <= 12) & (day >= 1) & (day <= 31)
     ok &= (hour < 24) & (minute < 60) & (second < 61)
-    # the fraction: a '.' then digits, each worth 10^-k s; digits past the 9th are ignored
+    # the fraction: a '.' then a run of digits, each worth 10^-k s (past the 9th ignored)
     rows = np.arange(n)
-    frac_ns = np.zeros(n, dtype=np.int64)
     has_dot = mat[:, 19] == ord(".")
-    active = has_dot.copy()
-    end = np.full(n, 19, dtype=np.int64)
-    end[has_dot] = 20
-    for k in range(20, width + 1):
-        c = mat[:, k].astype(np.int64)
-        is_digit = active & (c >= 48) & (c <= 57)
-        place = k - 19
-        if place <= 9:
-            frac_ns += np.where(is_digit, (c - 48) * 10 ** (9 - place), 0)
-        end += is_digit
-        active = is_digit
+    tail_cols = mat[:, 20 : max(width + 1, 21)]  # at least one NUL column ends each run
+    is_digit = (tail_cols >= 48) & (tail_cols <= 57)
+    run = np.where(is_digit.all(axis=1), is_digit.shape[1], is_digit.argmin(axis=1))
+    run = np.where(has_dot, run, 0)
+    place = np.arange(is_digit.shape[1])
+    counted = (place[None, :] < np.minimum(run, 9)[:, None]) & is_digit
+    weights = np.array([10 ** (8 - k) if k < 9 else 0 for k in place], dtype=np.int64)
+    frac_ns = ((tail_cols.astype(np.int64) - 48) * counted) @ weights
+    end = np.where(has_dot, 20 + run, 19)
     ok &= ~has_dot | (end > 20)
     # the zone: nothing, 'Z', or +HH:MM / -HH:MM
     tail = mat[rows, end]
@@ -171,7 +201,7 @@ def parse_datetime_ns(
     if len(bad):
         i = int(bad[0])
         raise TraceError(
-            f"cannot read {_show(values[i].strip())} as a timestamp; {_TIMESTAMP_HELP}",
+            f"cannot read {_show(raw[i])} as a timestamp; {_TIMESTAMP_HELP}",
             path=path,
             line=int(line_numbers[i]),
             field=field,
@@ -195,7 +225,7 @@ class TimeColumn:
         self.is_datetime: bool | None = None
         self._origin_ns: int | None = None
 
-    def convert(self, values: Sequence[bytes], line_numbers: IntArray) -> FloatArray:
+    def convert(self, values: Fields, line_numbers: IntArray) -> FloatArray:
         if not len(values):
             return np.empty(0)
         if self.is_datetime is None:

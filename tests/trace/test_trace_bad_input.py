@@ -64,6 +64,19 @@ CASES = {
         {},
         ["f.jsonl:2:", "not valid JSON"],
     ),
+    "compensating field counts": (
+        "r.csv",
+        AZURE_HEADER + ROW1 + "2023-11-16 18:15:50.9951690,396,109,7\n"
+        "2023-11-16 18:15:51.9951690,396\n",
+        {},
+        ["r.csv:3:", "expected 3 fields like the header, found 4"],
+    ),
+    "absurd length": (
+        "s.csv",
+        AZURE_HEADER + ROW1 + "2023-11-16 18:15:50.9951690,396,99999999999999999999\n",
+        {},
+        ["s.csv:3:", "field 'GeneratedTokens'", "is too large"],
+    ),
     "bad timestamp": (
         "g.csv",
         AZURE_HEADER + ROW1 + "2023-11-16 25:15:50.9951690,396,109\n",
