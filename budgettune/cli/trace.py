@@ -25,7 +25,7 @@ from budgettune.cli._trace_options import (
     STRICT,
 )
 from budgettune.trace.dists import parse_length_dist
-from budgettune.trace.inspect import Histogram, LengthStats, TraceStats, trace_stats
+from budgettune.trace.inspect import Histogram, TraceStats, trace_stats
 from budgettune.trace.load import load_trace
 from budgettune.trace.synth import synthesize, write_jsonl
 from budgettune.units import parse_duration_s, parse_positive_float, parse_tokens
@@ -121,6 +121,7 @@ def inspect(
         return
     console.print(f"[bold]{file}[/bold]: {report.summary()}", highlight=False)
     console.print(_summary_table(stats))
+    console.print(_lengths_table(stats))
     for title, histogram in (
         ("prompt tokens", stats.prompt_histogram),
         ("output tokens", stats.output_histogram),
@@ -141,17 +142,6 @@ def _summary_table(stats: TraceStats) -> Table:
     table.add_row("mean rate", _fmt(stats.rate_per_s, ".3f", " requests/s"))
     table.add_row("inter-arrival CV", _fmt(stats.interarrival_cv, ".2f", "  (1 = Poisson)"))
 
-    def num(value: float) -> str:
-        return f"{value:,.0f}" if value == round(value) else f"{value:,.1f}"
-
-    def lengths(s: LengthStats) -> str:
-        return (
-            f"mean {num(s.mean)}  p50 {num(s.p50)}  p90 {num(s.p90)}  p99 {num(s.p99)}  "
-            f"max {s.max:,}"
-        )
-
-    table.add_row("prompt tokens", lengths(stats.prompt_tokens))
-    table.add_row("output tokens", lengths(stats.output_tokens))
     shares = "  ".join(f"> {b:,}: {share:.1%}" for b, share in stats.prompt_share_above)
     table.add_row("prompts above", shares)
     if stats.shared_prefix_share is None:
@@ -162,6 +152,20 @@ def _summary_table(stats: TraceStats) -> Table:
             f"{stats.shared_prefix_share:.1%} of requests, "
             f"{stats.shared_prefix_token_share or 0:.1%} of prompt tokens",
         )
+    return table
+
+
+def _num(value: float) -> str:
+    return f"{value:,.0f}" if value == round(value) else f"{value:,.1f}"
+
+
+def _lengths_table(stats: TraceStats) -> Table:
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    table.add_column("tokens", style="bold")
+    for name in ("mean", "p50", "p90", "p99", "max"):
+        table.add_column(name, justify="right")
+    for name, s in (("prompt", stats.prompt_tokens), ("output", stats.output_tokens)):
+        table.add_row(name, _num(s.mean), _num(s.p50), _num(s.p90), _num(s.p99), f"{s.max:,}")
     return table
 
 
