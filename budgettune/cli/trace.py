@@ -24,10 +24,9 @@ from budgettune.cli._trace_options import (
     SEED,
     STRICT,
 )
+from budgettune.pipeline.trace import inspect_trace, synth_trace
 from budgettune.trace.dists import parse_length_dist
-from budgettune.trace.inspect import Histogram, TraceStats, trace_stats
-from budgettune.trace.load import load_trace
-from budgettune.trace.synth import synthesize, write_jsonl
+from budgettune.trace.inspect import Histogram, TraceStats
 from budgettune.units import parse_duration_s, parse_positive_float, parse_tokens
 
 trace_app = typer.Typer(
@@ -69,7 +68,8 @@ def synth(
     seed: int = SEED,
 ) -> None:
     """Write a seeded synthetic trace (Poisson or gamma arrivals, lengths from distributions)."""
-    trace = synthesize(
+    stats = synth_trace(
+        output,
         prompt_dist=parse_length_dist(prompt_dist, option="--prompt-dist"),
         output_dist=parse_length_dist(output_dist, option="--output-dist"),
         rate_per_s=parse_positive_float(rate, option="--rate"),
@@ -81,11 +81,9 @@ def synth(
         prefix_groups=prefix_groups,
         prefix_tokens=parse_tokens(prefix_tokens, option="--prefix-tokens"),
     )
-    write_jsonl(trace, output)
     if str(output) != "-":
-        stats = trace_stats(trace)
         console_err.print(
-            f"wrote {len(trace):,} requests to {output} "
+            f"wrote {stats.requests:,} requests to {output} "
             f"({stats.span_s or 0:.1f} s, {stats.rate_per_s or 0:.2f} requests/s, "
             f"prompt mean {stats.prompt_tokens.mean:.0f}, output mean "
             f"{stats.output_tokens.mean:.0f} tokens)",
@@ -104,7 +102,7 @@ def inspect(
     strict: bool = STRICT,
 ) -> None:
     """Summarise a trace: size, rate, burstiness, length percentiles, histograms."""
-    trace, report = load_trace(
+    stats, report = inspect_trace(
         file,
         format=format,
         columns=columns,
@@ -115,7 +113,6 @@ def inspect(
         strict=strict,
         on_warning=_warn,
     )
-    stats = trace_stats(trace)
     if as_json:
         print_json(stats.to_json())
         return

@@ -205,6 +205,9 @@ def iter_csv_blocks(
     delim = header.delimiter.encode()
     for raw in iter_raw_blocks(stream, path, skip_lines=header.line):
         data = raw.data
+        if b"\r" in data:
+            data = data.replace(b"\r\n", b"\n")  # Windows line ends; lines stay the same
+            raw = RawBlock(data, raw.first_line, raw.count)
         plain = not (
             b"\r" in data
             or b'"' in data
