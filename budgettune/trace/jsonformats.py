@@ -63,6 +63,7 @@ def _json_numbers(
         kind == "f"
         and np.all(np.isfinite(array))
         and (not whole or np.all(array == np.rint(array)))
+        and np.all(np.abs(array) < 2**62)
     ):
         return array.astype(np.int64 if whole else np.float64)
     for i, value in enumerate(values):
@@ -70,9 +71,13 @@ def _json_numbers(
             raise TraceError("missing (or null)", path=path, **where(i))
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise TraceError(f"{value!r} is not a number", path=path, **where(i))
+        if isinstance(value, int) and abs(value) >= 2**62:
+            raise TraceError(f"{value!r} is too large", path=path, **where(i))
         if not np.isfinite(value) or (whole and value != int(value)):
             raise TraceError(f"{value!r} is not a whole number of tokens", path=path, **where(i))
-    raise TraceError("numbers out of range", path=path)
+        if abs(value) >= 2**62:
+            raise TraceError(f"{value!r} is too large", path=path, **where(i))
+    raise AssertionError("unreachable: numpy refused a list every value of which is a number")
 
 
 def _lines_where(lines: IntArray, field_name: str) -> Callable[[int], dict[str, Any]]:

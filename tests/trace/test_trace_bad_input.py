@@ -77,6 +77,13 @@ CASES = {
         {},
         ["s.csv:3:", "field 'GeneratedTokens'", "is too large"],
     ),
+    "absurd JSON length": (
+        "t.jsonl",
+        '{"prompt_tokens": 5, "output_tokens": 1}\n'
+        '{"prompt_tokens": 5, "output_tokens": 99999999999999999999999}\n',
+        {},
+        ["t.jsonl:2:", "field 'output_tokens'", "is too large"],
+    ),
     "bad timestamp": (
         "g.csv",
         AZURE_HEADER + ROW1 + "2023-11-16 25:15:50.9951690,396,109\n",
