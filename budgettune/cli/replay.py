@@ -26,6 +26,7 @@ from budgettune.cli import _trace_options as to
 from budgettune.cli import app
 from budgettune.cli._common import console, console_err, print_json
 from budgettune.engine.base import DEFAULT_HEALTH_TIMEOUT_S, EngineHandle, LaunchSpec, StartProgress
+from budgettune.engine.registry import engine_names
 from budgettune.errors import SpecError
 from budgettune.hardware import resolve_gpu, resolve_model
 from budgettune.load.runner import MERGED_MODES, RunOptions, RunProgress
@@ -34,14 +35,15 @@ from budgettune.pipeline.simulate import parse_budgets
 from budgettune.units import format_ms, parse_duration_s, parse_tokens
 
 ENGINE_PANEL = "Engine"
+LAUNCHABLE = [name for name in engine_names() if name != "external"]
 RUN_PANEL = "Load generator"
 
 
 @app.command()
 def replay(
     engine: str = typer.Option(
-        "sim", "--engine", help="Engine to launch: sim (built in). --url measures your own "
-        "server instead.", rich_help_panel=ENGINE_PANEL,
+        "sim", "--engine", help=f"Engine to launch: {', '.join(LAUNCHABLE)} (sim is built "
+        "in). --url measures your own server instead.", rich_help_panel=ENGINE_PANEL,
     ),
     url: str | None = typer.Option(
         None, "--url", help="Measure a running OpenAI-compatible server (e.g. "
@@ -118,11 +120,11 @@ def replay(
         False, "--json", help="Print one JSON document (a simulate point plus the self-check)."
     ),
 ) -> None:  # fmt: skip
-    """Replay traffic on a live engine and measure TTFT, TBT, TPOT and E2E percentiles.
+    """Replay traffic on a live engine and measure TTFT, TBT, TPOT and E2E.
 
-    Launches the engine for one budget (or measures --url), sends each request at its
-    scheduled time with exact prompt and output lengths, and writes results.json with every
-    request's raw token times.
+    Launches the engine for one budget (or measures --url), sends each request
+    at its scheduled time with exact prompt and output lengths, and writes
+    results.json with every request's raw token times.
     """
     if merged_chunks not in MERGED_MODES:
         raise SpecError(f"--merged-chunks: unknown mode {merged_chunks!r}; use spread or first")

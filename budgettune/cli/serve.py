@@ -67,8 +67,9 @@ def serve(
 ) -> None:  # fmt: skip
     """Serve the simulated engine on an OpenAI-compatible API until Ctrl-C.
 
-    POST /v1/completions (streamed or not), GET /health, /v1/models, /version, /metrics
-    (vLLM metric names). Iterations follow the roofline step-time model in real time.
+    POST /v1/completions (streamed or not), GET /health, /v1/models, /version,
+    /metrics (vLLM metric names). Iterations follow the roofline step-time
+    model in real time.
     """
     if engine.strip().lower() not in SERVABLE:
         raise SpecError(

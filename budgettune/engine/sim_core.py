@@ -33,6 +33,7 @@ LATENESS_BUCKETS_S = (
     0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05,
 )  # fmt: skip
 TOKEN_TEXT = " tok"
+MAX_UNREAD_BYTES = 16 * 2**20  # a stream the client stopped reading is aborted beyond this
 LATENESS_SAMPLES_KEPT = 200_000  # the last iterations, for the shutdown summary
 
 
@@ -176,7 +177,11 @@ class SimCore:
         else:
             metrics.observe_gap(produced_s - request.last_token_s)
         request.last_token_s = produced_s
-        if request.reader.at_eof() or request.writer.is_closing():
+        if (
+            request.reader.at_eof()
+            or request.writer.is_closing()
+            or request.writer.transport.get_write_buffer_size() > MAX_UNREAD_BYTES
+        ):  # the client hung up, or stopped reading
             self.abort(request)
             return
         if request.stream and (

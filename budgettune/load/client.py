@@ -1,6 +1,8 @@
 """The one async HTTP core: send one streaming completion over httpx and record the raw arrival
 time (monotonic ns) and token count of every SSE chunk, the usage, the HTTP status and, on
 failure, a short reason. Parsing is in :class:`SSEParser` so it is testable without a server.
+Arrival times come from the socket reads when the client is built by
+:func:`budgettune.load.transport.async_client`, else from when the bytes reach this coroutine.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+
+from budgettune.load.transport import arrival_ns
 
 ERROR_TEXT_CHARS = 200
 
@@ -151,7 +155,7 @@ async def stream_completion(
                 result.error = f"http {response.status_code}: {_error_message(text)}"
                 return result
             async for data in response.aiter_raw():
-                parser.feed(data, time.monotonic_ns())
+                parser.feed(data, arrival_ns(response))
         parser.finish()
     except asyncio.CancelledError:
         result.error = f"cancelled after {result.tokens} tokens"

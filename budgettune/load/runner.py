@@ -21,6 +21,7 @@ from budgettune.errors import SpecError
 from budgettune.load.client import StreamResult, completion_body, stream_completion
 from budgettune.load.server_metrics import ServerSnapshot, scrape
 from budgettune.load.timing import sleep_until
+from budgettune.load.transport import async_client
 from budgettune.records import RequestRecord
 from budgettune.trace.schedule import Schedule
 
@@ -294,7 +295,7 @@ async def run_schedule(
     stopped = asyncio.Event()
     failed = 0
 
-    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+    async with async_client(target.base_url, limits=limits, timeout=timeout) as client:
         before = await scrape(client, target.base_url) if options.scrape_metrics else None
         start_ns = time.monotonic_ns() + int(START_LEAD_S * 1e9)
         start_s = start_ns / 1e9

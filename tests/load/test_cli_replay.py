@@ -4,6 +4,7 @@ them: JSON output, results.json, --url against `serve`, Ctrl-C, and one-line err
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import time
@@ -28,6 +29,13 @@ def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30
             pass
         time.sleep(0.05)
     raise AssertionError(f"{url} never became healthy")
+
+
+def _finished(url: str) -> float:
+    """Requests the engine finished (its vllm:request_success_total for reason length)."""
+    text = httpx.get(f"{url}/metrics", timeout=5).text
+    match = re.search(r'request_success_total\{finished_reason="length"[^}]*\} (\S+)', text)
+    return float(match.group(1)) if match else 0.0
 
 
 def test_replay_launches_sim_prints_json_and_writes_results(
@@ -95,11 +103,16 @@ def test_ctrl_c_during_replay_writes_partial_results_and_stops_the_engine(
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     log = out / "engine-512.log"
-    deadline = time.monotonic() + 30
-    while not (log.exists() and "listening" in log.read_text()):
+    deadline = time.monotonic() + 60
+    while not (log.exists() and "listening on " in log.read_text()):
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.05)
-    time.sleep(1.5)  # mid-run: some requests done, many in flight, many unsent
+    url = log.read_text().split("listening on ")[1].split()[0]
+    # Mid-run: wait until the engine finished a few of the replay's requests (the readiness
+    # request makes one), while most are still in flight or unsent.
+    while _finished(url) < 4:
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
