@@ -273,10 +273,11 @@ def _gather(buf: npt.NDArray[np.uint8], start: IntArray, end: IntArray) -> npt.N
     """Fields buf[start:end] as a fixed-width bytes array (NUL-padded, as numpy's ``S``)."""
     length = end - start
     width = max(int(length.max()) if len(length) else 0, 1)
-    offsets = np.arange(width)
-    inside = offsets[None, :] < length[:, None]
-    index = np.minimum(start[:, None] + offsets[None, :], len(buf) - 1)
-    matrix = np.where(inside, buf[index], np.uint8(0)).astype(np.uint8)
+    # rows of a sliding-window view: one contiguous copy of `width` bytes per field
+    padded = np.concatenate([buf, np.zeros(width, dtype=np.uint8)])
+    matrix = np.lib.stride_tricks.sliding_window_view(padded, width)[start]
+    if int(length.min()) < width:
+        matrix *= np.arange(width)[None, :] < length[:, None]  # NULs past each field's end
     return matrix.view(f"S{width}").ravel()
 
 
