@@ -208,19 +208,29 @@ def replay(
 
 
 def _hardware(engine: str, model: str | None, gpu: str | None) -> dict[str, Any] | None:
-    """GPU and model facts for the sim engine (an external server's hardware is unknown)."""
-    if engine != "sim":
+    """GPU and model facts known from the options (the sim engine's defaults when unset); an
+    external server's hardware is unknown."""
+    if engine == "external":
         return None
-    shape = resolve_model(model or "llama-3.1-8b")
-    card = resolve_gpu(gpu or "h100-sxm")
-    return {
-        "gpu": card.name,
-        "peak_tflops": card.peak_flops / 1e12,
-        "bandwidth_tbs": card.bandwidth_bytes_per_s / 1e12,
-        "memory_gb": card.memory_bytes / 1e9,
-        "model": shape.name,
-        "params": shape.params,
-    }
+    if engine == "sim":
+        model, gpu = model or "llama-3.1-8b", gpu or "h100-sxm"
+    facts: dict[str, Any] = {}
+    if gpu is not None:
+        card = resolve_gpu(gpu)
+        facts.update(
+            gpu=card.name,
+            peak_tflops=card.peak_flops / 1e12,
+            bandwidth_tbs=card.bandwidth_bytes_per_s / 1e12,
+            memory_gb=card.memory_bytes / 1e9,
+        )
+    if model is not None:
+        facts["model"] = model
+        try:
+            shape = resolve_model(model)
+            facts.update(model=shape.name, params=shape.params)
+        except SpecError:
+            pass  # a hub name the engine resolves itself: keep the name only
+    return facts or None
 
 
 def _run_with_progress(config: ReplayConfig, schedule: Any, total: int) -> ReplayResult:

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from budgettune.engine.base import LaunchSpec
-from budgettune.engine.process import group_members
+from budgettune.engine.process import free_port, group_members
 from budgettune.engine.sim_server import SimEngine
 from budgettune.load.runner import RunOptions, RunOutcome, Target, run_schedule
 from budgettune.load.server_metrics import server_side
@@ -152,3 +152,18 @@ def test_engine_killed_mid_run_fails_requests_and_marks_the_crash(tmp_path: Path
     assert saved["complete"] is False and "exited with status -9" in saved["incomplete_reason"]
     reasons = {r["error"].split(" ")[0] for r in saved["points"][0]["records"] if r["error"]}
     assert reasons <= {"stream", "connect"}, reasons
+
+
+def test_stalled_stream_times_out_and_refused_connections_fail(tmp_path: Path) -> None:
+    schedule = _schedule([0.0, 0.01], [50, 50], [3, 3])
+    # A 200x slower engine: its first iteration lasts ~1.3 s, beyond the 0.5 s stall limit.
+    spec = LaunchSpec(extra_args=("--time-scale", "200"), log_path=tmp_path / "slow.log")
+    outcome, _ = _replay(schedule, spec, RunOptions(request_timeout_s=0.5))
+    assert [live.record.error for live in outcome.records] == [
+        "timeout (ReadTimeout) after 0 tokens"
+    ] * 2
+    nowhere = Target(f"http://127.0.0.1:{free_port()}", "m")
+    refused = asyncio.run(run_schedule(schedule, nowhere, RunOptions(connect_timeout_s=2)))
+    errors = [live.record.error or "" for live in refused.records]
+    assert len(errors) == 2 and all(e.startswith("connect error") for e in errors), errors
+    assert refused.server_before is None and refused.complete  # nothing to scrape, all tried
