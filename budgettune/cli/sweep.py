@@ -42,6 +42,7 @@ SLO_PANEL = "SLOs"
 SEARCH_PANEL = "Search"
 DEFAULT_RATE_PER_S = 8.0
 DEFAULT_REQUESTS = 240
+NO_FEASIBLE_BUDGET_EXIT = 3
 
 
 @app.command()
@@ -113,6 +114,10 @@ def sweep(
         False, "--goodput", help="Also find each verified budget's highest rate (requests/s) "
         "meeting both SLOs, one engine launch per budget.", rich_help_panel=SEARCH_PANEL,
     ),
+    exhaustive: bool = typer.Option(
+        False, "--exhaustive", help="Verify every candidate in full, without the search or "
+        "early stop (the grid other tools run; for comparison).", rich_help_panel=SEARCH_PANEL,
+    ),
     warmup: int = typer.Option(
         0, "--warmup", min=0, help="Leave the first N requests of each replay out of the "
         "statistics.", rich_help_panel=SEARCH_PANEL,
@@ -140,6 +145,7 @@ def sweep(
     Candidates come from the step-time model (ridge floor to TBT ceiling); the simulator
     predicts each; the engine is launched and your traffic replayed only for the budgets the
     interval search needs. Writes recommendation.json, vllm.yaml and sglang.args.
+    Exit code 0 with a recommendation, 3 when no budget meets both SLOs.
     """
     slo_tbt_s = parse_duration_s(slo_tbt, option="--slo-tbt")
     slo_ttft_s = parse_duration_s(slo_ttft, option="--slo-ttft")
@@ -194,7 +200,7 @@ def sweep(
         "max_num_seqs": max_num_seqs, "engine_cmd": engine_cmd, "engine_args": engine_arg,
         "env": env, "dtype": dtype, "prefix_caching": prefix_caching, "trace": str(trace)
         if trace else None, "rate": rate, "synthetic": synthetic, "requests": len(schedule),
-        "warmup": warmup, "seed": seed, "goodput": goodput,
+        "warmup": warmup, "seed": seed, "goodput": goodput, "exhaustive": exhaustive,
     }  # fmt: skip
     config = SweepConfig(
         slo_tbt_s=slo_tbt_s,
@@ -218,6 +224,7 @@ def sweep(
         align_tokens=align,
         default_budget=default_budget if engine_name != "external" else None,
         goodput=goodput,
+        exhaustive=exhaustive,
         resume=resume is not None,
         settings=settings,
         command=("budgettune", *sys.argv[1:]),
@@ -232,6 +239,8 @@ def sweep(
         print_json(_load_json(result.files["recommendation"]))
     else:
         _print_result(result, config)
+    if result.recommendation.budget_tokens is None:
+        raise typer.Exit(NO_FEASIBLE_BUDGET_EXIT)
 
 
 def _step_model(profile: Path | None, model: str | None, gpu: str | None) -> tuple[StepModel, str]:

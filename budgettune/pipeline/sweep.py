@@ -58,6 +58,7 @@ class SweepConfig:
     align_tokens: int = 256
     default_budget: int | None = None  # the engine's own default, the "what you run today" line
     goodput: bool = False
+    exhaustive: bool = False  # verify every candidate in full (the grid peers run), no search
     resume: bool = False
     settings: dict[str, Any] = field(default_factory=dict)
     command: tuple[str, ...] = ()
@@ -149,7 +150,10 @@ async def run_sweep(
     candidates, predictions, _ = plan(config, schedule)
     if events.on_plan:
         events.on_plan(candidates, predictions)
-    pred_ok = {b: p.meets(config.slo_tbt_s, config.slo_ttft_s) for b, p in predictions.items()}
+    predicted = {
+        b: Verdict(tbt_ok=p.tbt_s <= config.slo_tbt_s, ttft_ok=p.ttft_s <= config.slo_ttft_s)
+        for b, p in predictions.items()
+    }
     launches = 0
 
     async def measure(budget: int, role: str) -> None:
@@ -157,19 +161,30 @@ async def run_sweep(
         launches += 1
         if events.on_launch:
             events.on_launch(budget, role)
-        point = await _verify(config, schedule, budget, role, predictions.get(budget), events)
+        point = await _verify(
+            config,
+            schedule,
+            budget,
+            role,
+            predictions.get(budget),
+            events,
+            early_stop=not config.exhaustive,
+        )
         append_point(config.run_dir, point)
         done[budget] = point
         if events.on_point:
             events.on_point(point)
 
-    while True:
+    for budget in candidates.budgets if config.exhaustive else ():
+        if budget not in done:
+            await measure(budget, "candidate")
+    while not config.exhaustive:
         usable = [b for b in candidates.budgets if b not in done or done[b]["status"] == MEASURED]
         state = SearchState(n=len(usable))
         for position, budget in enumerate(usable):
             if budget in done:
                 state.record(position, Verdict(done[budget]["tbt_ok"], done[budget]["ttft_ok"]))
-        chosen = next_index(state, [pred_ok.get(b, False) for b in usable])
+        chosen = next_index(state, [predicted[b] for b in usable])
         if chosen is None:
             break
         await measure(usable[chosen], "candidate")
@@ -207,8 +222,11 @@ async def _verify(
     role: str,
     prediction: Prediction | None,
     events: SweepEvents,
+    *,
+    early_stop: bool = True,
 ) -> dict[str, Any]:
-    """Launch the engine at ``budget``, replay with early stop, and describe the point."""
+    """Launch the engine at ``budget``, replay (stopping once the verdict is certain, unless
+    ``early_stop`` is off), and describe the point."""
     rule = EarlyStop(
         schedule,
         config.run.warmup_requests,
@@ -246,7 +264,7 @@ async def _verify(
             on_start=events.on_start,
             on_ready=events.on_ready,
             on_progress=events.on_replay,
-            stop_rule=rule,
+            stop_rule=rule if early_stop else None,
         )
     except EngineError as error:
         point.update(
@@ -274,6 +292,8 @@ async def _verify(
     complete = result.outcome.complete
     # A verdict the early stop made certain is final; the other SLO, cut short, is unknown and
     # counted as met so that it prunes no budget it has not proven infeasible.
+    if not early_stop:
+        rule(result.outcome.records)  # the same counts, for the record, without stopping
     tbt_ok = not rule.tbt_failed and (tbt_q <= config.slo_tbt_s or not complete)
     ttft_ok = not rule.ttft_failed and (ttft_q <= config.slo_ttft_s or not complete)
     point.update(
@@ -393,6 +413,7 @@ def _recommendation_document(
         "predictions": {str(b): _prediction_json(p) for b, p in sorted(predictions.items())},
         "points": points,
         "launches": launches,
+        "exhaustive": config.exhaustive,
         "wall_s": round(wall_s, 3),
         "command": list(config.command),
         "settings": config.settings,

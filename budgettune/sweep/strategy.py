@@ -60,12 +60,13 @@ class SearchState:
         return self.best_pass < 0 or above >= self.n or above in self.verified
 
 
-def next_index(state: SearchState, predicted_ok: Sequence[bool]) -> int | None:
+def next_index(state: SearchState, predicted: Sequence[Verdict]) -> int | None:
     """The next candidate to verify, or None when the answer is proven.
 
-    First the predicted upper end (the largest predicted-feasible index); after that the open
-    index nearest to the predicted upper end's side: directly above the best pass when the
-    prediction held, else the middle of what is still open (bisection).
+    First the predicted upper end (the largest predicted-feasible index; with none, the end the
+    failing SLO points to: the smallest budget when TBT fails, the largest when TTFT does);
+    after that directly above the best pass when the prediction held, else the middle of what
+    is still open (bisection).
     """
     if state.done():
         return None
@@ -73,8 +74,7 @@ def next_index(state: SearchState, predicted_ok: Sequence[bool]) -> int | None:
     if not open_:  # only the neighbour above the answer remains, to show the cliff
         return state.best_pass + 1
     if not state.verified:
-        predicted = [i for i, ok in enumerate(predicted_ok) if ok]
-        start = predicted[-1] if predicted else len(predicted_ok) // 2
+        start = _predicted_start(predicted)
         return start if start in open_ else open_[len(open_) // 2]
     if len(state.verified) == 1 and state.best_pass >= 0 and open_[0] == state.best_pass + 1:
         # The predicted upper end held: one step up tells whether the real edge is higher.
@@ -82,9 +82,20 @@ def next_index(state: SearchState, predicted_ok: Sequence[bool]) -> int | None:
     return open_[len(open_) // 2]
 
 
-def search(n: int, predicted_ok: Sequence[bool], verify: Callable[[int], Verdict]) -> SearchState:
+def _predicted_start(predicted: Sequence[Verdict]) -> int:
+    feasible = [i for i, verdict in enumerate(predicted) if verdict.ok]
+    if feasible:
+        return feasible[-1]
+    if predicted and all(not v.tbt_ok for v in predicted):
+        return 0
+    if predicted and all(not v.ttft_ok for v in predicted):
+        return len(predicted) - 1
+    return len(predicted) // 2
+
+
+def search(n: int, predicted: Sequence[Verdict], verify: Callable[[int], Verdict]) -> SearchState:
     """Run the search to the end with a ``verify(index) -> Verdict`` callback (one launch each)."""
     state = SearchState(n=n)
-    while (index := next_index(state, predicted_ok)) is not None:
+    while (index := next_index(state, predicted)) is not None:
         state.record(index, verify(index))
     return state
