@@ -17,13 +17,15 @@ from budgettune.trace.schema import IntArray, RawRows
 MOONCAKE_BLOCK_TOKENS = 512
 
 
-def _iter_json_objects(path: str) -> Iterator[tuple[list[dict[str, Any]], IntArray]]:
-    """JSON Lines, one object a line, a block at a time (one C-level parse per block)."""
+def _iter_json_objects(path: str) -> Iterator[tuple[list[dict[str, Any]], IntArray, bytes]]:
+    """JSON Lines, one object a line, a block at a time (one C-level parse per block). Yields
+    the objects, their line numbers and the block's text (for cheap key checks)."""
     with open_trace_file(path) as stream:
         for block in iter_line_blocks(stream, path):
             lines = block.lines
+            text = b",".join(lines)
             try:
-                objects = json.loads(b"[" + b",".join(lines) + b"]")
+                objects = json.loads(b"[" + text + b"]")
             except ValueError:
                 objects = None
             if objects is None or len(objects) != len(lines):
@@ -38,12 +40,13 @@ def _iter_json_objects(path: str) -> Iterator[tuple[list[dict[str, Any]], IntArr
                         raise TraceError(
                             f"not valid JSON ({message})", path=path, line=int(number)
                         ) from None
-            for obj, number in zip(objects, block.line_numbers, strict=True):
-                if not isinstance(obj, dict):
-                    raise TraceError(
-                        "expected one JSON object per line", path=path, line=int(number)
-                    )
-            yield objects, block.line_numbers
+            if set(map(type, objects)) != {dict}:
+                for obj, number in zip(objects, block.line_numbers, strict=True):
+                    if not isinstance(obj, dict):
+                        raise TraceError(
+                            "expected one JSON object per line", path=path, line=int(number)
+                        )
+            yield objects, block.line_numbers, text
 
 
 def _json_numbers(
@@ -87,11 +90,13 @@ def _lines_where(lines: IntArray, field_name: str) -> Callable[[int], dict[str, 
 def read_budgettune(path: str, columns: str | None) -> RawRows:
     parts: dict[str, list[np.ndarray]] = {k: [] for k in ("p", "o", "a", "g", "t", "n")}
     has_arrival: bool | None = None
-    for objects, lines in _iter_json_objects(path):
+    for objects, lines, text in _iter_json_objects(path):
         if has_arrival is None:
             has_arrival = "arrival_s" in objects[0]
             first_line = int(lines[0])
-        for obj, number in zip(objects, lines, strict=True):
+        mentions = text.count(b'"arrival_s"')
+        consistent = mentions == len(objects) if has_arrival else mentions == 0
+        for obj, number in zip(objects, [] if consistent else lines, strict=False):
             if ("arrival_s" in obj) != has_arrival:
                 raise TraceError(
                     "must be on every line or on none "
@@ -107,14 +112,18 @@ def read_budgettune(path: str, columns: str | None) -> RawRows:
             values = [obj.get("arrival_s") for obj in objects]
             where = _lines_where(lines, "arrival_s")
             parts["a"].append(_json_numbers(values, where, path, whole=False))
-        groups = [obj.get("prefix_group", -1) for obj in objects]
-        tokens = [obj.get("prefix_tokens", 0) for obj in objects]
-        parts["g"].append(
-            _json_numbers(groups, _lines_where(lines, "prefix_group"), path, whole=True)
-        )
-        parts["t"].append(
-            _json_numbers(tokens, _lines_where(lines, "prefix_tokens"), path, whole=True)
-        )
+        if b'"prefix_' in text:
+            groups = [obj.get("prefix_group", -1) for obj in objects]
+            tokens = [obj.get("prefix_tokens", 0) for obj in objects]
+            where_g, where_t = (
+                _lines_where(lines, "prefix_group"),
+                _lines_where(lines, "prefix_tokens"),
+            )
+            parts["g"].append(_json_numbers(groups, where_g, path, whole=True))
+            parts["t"].append(_json_numbers(tokens, where_t, path, whole=True))
+        else:  # no shared prefixes in this block
+            parts["g"].append(np.full(len(objects), -1, dtype=np.int64))
+            parts["t"].append(np.zeros(len(objects), dtype=np.int64))
         parts["n"].append(lines)
     cat = {k: (np.concatenate(v) if v else np.empty(0, dtype=np.int64)) for k, v in parts.items()}
     with_prefix = bool(np.any(cat["g"] >= 0) or np.any(cat["t"] > 0))
@@ -167,7 +176,7 @@ def shared_prefixes(
 def read_mooncake(path: str, columns: str | None) -> RawRows:
     parts: dict[str, list[np.ndarray]] = {k: [] for k in ("p", "o", "a", "n")}
     hashes: list[list[int]] = []
-    for objects, lines in _iter_json_objects(path):
+    for objects, lines, _ in _iter_json_objects(path):
         for key, name in (("p", "input_length"), ("o", "output_length")):
             values = [obj.get(name) for obj in objects]
             parts[key].append(_json_numbers(values, _lines_where(lines, name), path, whole=True))
