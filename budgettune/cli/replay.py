@@ -35,6 +35,7 @@ from budgettune.pipeline.simulate import parse_budgets
 from budgettune.units import format_ms, parse_duration_s, parse_tokens
 
 ENGINE_PANEL = "Engine"
+LAG_WARN_MS = 5.0
 LAUNCHABLE = [name for name in engine_names() if name != "external"]
 RUN_PANEL = "Load generator"
 
@@ -327,6 +328,8 @@ def _print_summary(result: ReplayResult, traffic: str) -> None:
                     f"(client {_ms_cell(doc[client_key]['p50'])} / "
                     f"{_ms_cell(doc[client_key]['p99'])})"
                 )
+        if "loop_lateness" in server:
+            parts.append(f"engine loop lateness p99 {_ms_cell(server['loop_lateness']['p99_ms'])}")
         console.print("server /metrics (bucket estimates): " + "; ".join(parts), highlight=False)
     if result.results_file is not None:
         console.print(f"results: {result.results_file}", highlight=False)
@@ -335,6 +338,20 @@ def _print_summary(result: ReplayResult, traffic: str) -> None:
 def _finish(result: ReplayResult) -> None:
     """Warnings and the exit code: 130 when interrupted, 1 when aborted or the engine crashed."""
     check = result.outcome.selfcheck()
+    lag_p99 = check["send_lag_ms"]["p99"]
+    if lag_p99 is not None and lag_p99 > LAG_WARN_MS:
+        console_err.print(
+            f"[yellow]warning:[/yellow] requests went out late (send lag p99 {lag_p99:.1f} ms): "
+            "this machine is busy; client-side latencies include that delay",
+            highlight=False,
+        )
+    lateness = (result.server.get("loop_lateness") or {}).get("p99_ms")
+    if lateness is not None and lateness > LAG_WARN_MS:
+        console_err.print(
+            f"[yellow]warning:[/yellow] the sim engine ended iterations late (p99 {lateness:.1f} "
+            "ms): this machine is busy; its latencies include that delay",
+            highlight=False,
+        )
     if check["merged_chunks_warning"]:
         console_err.print(
             f"[yellow]warning:[/yellow] {check['merged_chunk_share']:.1%} of stream chunks "

@@ -20,6 +20,7 @@ ITL_METRICS = (
     "vllm:inter_token_latency_seconds",
     "vllm:time_per_output_token_seconds",  # vLLM before v0.10 named the same histogram so
 )
+LATENESS_METRIC = "budgettune:iteration_lateness_seconds"  # the sim engine's loop timing
 COUNTERS = (
     "vllm:num_preemptions_total",
     "vllm:generation_tokens_total",
@@ -167,6 +168,9 @@ def server_side(before: ServerSnapshot | None, after: ServerSnapshot | None) -> 
         if itl is not None:
             out["itl"] = _summary(itl, name)
             break
+    lateness = delta(LATENESS_METRIC)
+    if lateness is not None:
+        out["loop_lateness"] = _summary(lateness, LATENESS_METRIC)
     for name in COUNTERS:
         if name in after.counters:
             base = before.counters.get(name, 0.0) if before is not None else 0.0
