@@ -22,6 +22,7 @@ from budgettune.errors import EngineError
 from budgettune.load.runner import RunOptions, RunProgress, Target, run_schedule
 from budgettune.metrics import MetricsSummary, quantile, summarize, tbt_s, ttft_s
 from budgettune.pipeline.replay import ReplayConfig, run_replay
+from budgettune.results import Results, load_results, save_results
 from budgettune.search import SLO, find_goodput
 from budgettune.sim.scheduler import SchedulerConfig
 from budgettune.sim.stepmodel import StepModel
@@ -203,15 +204,17 @@ async def run_sweep(
         candidates=candidates,
     )
     wall_s = time.perf_counter() - started
+    document = _recommendation_document(
+        config, candidates, predictions, points, recommendation, launches, wall_s
+    )
     files = write_outputs(
         config.run_dir,
         recommendation,
-        document=_recommendation_document(
-            config, candidates, predictions, points, recommendation, launches, wall_s
-        ),
+        document=document,
         max_num_seqs=config.scheduler.max_num_seqs,
         served_model=config.served_model,
     )
+    files["results"] = save_results(_results(config, document, points), config.run_dir)
     return SweepResult(candidates, predictions, points, recommendation, launches, wall_s, files)
 
 
@@ -418,6 +421,32 @@ def _recommendation_document(
         "command": list(config.command),
         "settings": config.settings,
     }
+
+
+def _results(
+    config: SweepConfig, document: dict[str, Any], points: list[dict[str, Any]]
+) -> Results:
+    """results.json of the sweep: every point with its measured summary at the top level (the
+    shape of a replay point), the prediction, the verdict, and the raw per-request records read
+    back from the point's own replay results, so the report needs nothing else."""
+    full_points = []
+    for point in points:
+        full = {**point, **(point.get("measured") or {})}
+        full.pop("measured", None)
+        replay_file = point.get("results_file")
+        if replay_file:
+            replay = load_results(Path(replay_file))
+            full["records"] = replay.points[0].get("records", []) if replay.points else []
+        full_points.append(full)
+    summary = {k: v for k, v in document.items() if k not in ("points", "settings", "command")}
+    return Results(
+        kind="sweep",
+        config={**config.settings, "sweep": summary},
+        points=full_points,
+        command=list(config.command),
+        engine={"name": config.engine, "default_budget": config.default_budget},
+        hardware=config.hardware,
+    )
 
 
 def _say(events: SweepEvents, text: str) -> None:
