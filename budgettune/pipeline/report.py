@@ -6,19 +6,29 @@ Accepts a replay's results.json (or its folder), a sweep run folder, a profile J
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from budgettune.errors import UserError
+from budgettune.errors import BudgettuneError, UserError
+from budgettune.hardware import resolve_gpu, resolve_model
 from budgettune.pipeline.profile import summarize as profile_summary
-from budgettune.profile.schema import Profile, profile_from_json
+from budgettune.profile.schema import Profile, load_profile, profile_from_json
 from budgettune.report.html import write_report
-from budgettune.report.inputs import ReportInput
+from budgettune.report.inputs import ProfileInput, ReportInput
 from budgettune.report.sources import Slo, read_json, results_input, simulate_input
-from budgettune.report.sources_profile import profile_report
+from budgettune.report.sources_profile import model_profile_input, profile_input, profile_report
+from budgettune.report.sources_sweep import (
+    POINTS_FILE,
+    RECOMMENDATION_FILE,
+    SETTINGS_FILE,
+    is_sweep_folder,
+    sweep_input,
+)
 from budgettune.results import RESULTS_FILE, Results
+from budgettune.sim.stepmodel import StepModel
 
 REPORT_FILE = "report.html"
 KINDS = ("replay/results", "sweep run folder", "profile", "simulate --json output")
@@ -70,23 +80,68 @@ def profile_page(
     )
 
 
+def sweep_profile(doc: Mapping[str, Any], run_dir: Path) -> ProfileInput | None:
+    """The profile section of a sweep: the profile it ran on (--profile), else the preset roofline
+    it used, with the candidates' floor and the TBT-SLO ceiling marked; None if neither is known.
+    """
+    settings = doc.get("settings") or {}
+    cands = doc.get("candidates") or {}
+    floor, ceiling = cands.get("floor_tokens"), cands.get("ceiling_tokens")
+    slo_ms = (doc.get("slo") or {}).get("tbt_ms")
+    ceilings = {float(slo_ms): int(ceiling)} if slo_ms and ceiling else {}
+    batch = cands.get("decode_batch")
+    note = None if batch is None else f"with {float(batch):.3g} decodes, the expected batch"
+    named = settings.get("profile")
+    if named:
+        for path in (Path(str(named)), run_dir / str(named)):
+            if path.is_file():
+                return profile_input(
+                    [load_profile(path)],
+                    floor_tokens=floor,
+                    ceilings_tokens=ceilings,
+                    ceilings_note=note,
+                )
+        return None
+    model, gpu = settings.get("model"), settings.get("gpu")
+    if not (model and gpu):
+        return None
+    try:  # the sweep's own preset roofline (cli/sweep: bfloat16, default efficiencies)
+        step_model = StepModel.from_hardware(resolve_model(str(model)), resolve_gpu(str(gpu)))
+    except BudgettuneError:
+        return None
+    return model_profile_input(
+        step_model,
+        label=f"roofline model of {model} on {gpu}",
+        floor_tokens=floor,
+        ceilings_tokens=ceilings,
+        ceilings_note=note,
+    )
+
+
 def build_input(source: Path, *, slo: Slo = Slo(), report_dir: Path | None = None) -> ReportInput:
     """Read ``source`` (file or folder) into the report's input. Raises UserError naming it."""
+    if source.is_file() and source.name in (RECOMMENDATION_FILE, POINTS_FILE, SETTINGS_FILE):
+        source = source.parent
+    if is_sweep_folder(source):
+        report, doc = sweep_input(source, slo=slo, report_dir=report_dir)
+        profile = sweep_profile(doc, source)
+        return report if profile is None else dataclasses.replace(report, profile=profile)
     if source.is_dir():
         if (source / RESULTS_FILE).is_file():
             source = source / RESULTS_FILE
         else:
             raise UserError(
-                f"report: {source}: no {RESULTS_FILE} in this folder",
-                hint="give a results.json, a profile JSON or a simulate --json file",
+                f"report: {source}: no {RESULTS_FILE} or sweep files in this folder",
+                hint="give a sweep run folder, a results.json, a profile JSON or a simulate "
+                "--json file",
             )
     if not source.exists():
         raise UserError(f"report: {source}: no such file or folder")
     doc = read_json(source)
     kind = detect_kind(doc)
     if kind == "profile":
-        profile = profile_from_json(doc, source=str(source))
-        return profile_page(profile, profile_file=_beside(source, report_dir))
+        loaded = profile_from_json(doc, source=str(source))
+        return profile_page(loaded, profile_file=_beside(source, report_dir))
     if kind == "results":
         results = Results.from_json(doc, source=str(source))
         return results_input(

@@ -94,7 +94,11 @@ def budget_axis(fig: go.Figure, budgets: Sequence[int], *, row: int | None = Non
     fig.update_xaxes(type="log", tickvals=ticks, ticktext=[str(t) for t in ticks], **kwargs)
 
 
-def vline(fig: go.Figure, x: float, text: str, color: str, dash: str = "dot") -> None:
+def vline(
+    fig: go.Figure, x: float, text: str, color: str, dash: str = "dot", *, level: int = 0
+) -> None:
+    """A vertical reference line across the plot, labelled on top; ``level`` 1 puts the label
+    one line lower, so two lines close together keep readable labels."""
     fig.add_shape(
         type="line",
         xref="x",
@@ -111,6 +115,7 @@ def vline(fig: go.Figure, x: float, text: str, color: str, dash: str = "dot") ->
         yref="paper",
         y=1.0,
         yanchor="bottom",
+        yshift=-15 * level,
         text=text,
         showarrow=False,
         font={"color": color, "size": 11},
@@ -129,9 +134,9 @@ def hline(fig: go.Figure, y: float, text: str, color: str, dash: str = "dash") -
         line={"color": color, "width": 1.5, "dash": dash},
     )
     fig.add_annotation(
-        x=1.0,
+        x=0.0,
         xref="paper",
-        xanchor="right",
+        xanchor="left",
         y=math.log10(y) if fig.layout.yaxis.type == "log" else y,
         yref="y",
         yanchor="bottom",
@@ -231,7 +236,7 @@ def profile_chart(profile: ProfileInput) -> Chart:
             fig.add_vrect(x0=low, x1=high, fillcolor="rgba(191,135,0,0.15)", line_width=0)
         vline(fig, profile.ridge_tokens, f"P* ≈ {profile.ridge_tokens:.0f}", "#9a6700", "solid")
     if profile.floor_tokens is not None:
-        vline(fig, profile.floor_tokens, f"floor {profile.floor_tokens}", PASS_COLOR)
+        vline(fig, profile.floor_tokens, f"floor {profile.floor_tokens}", PASS_COLOR, level=1)
     if profile.ceilings_tokens:
         targets = sorted(profile.ceilings_tokens)
         fig.add_trace(

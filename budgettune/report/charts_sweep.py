@@ -61,7 +61,7 @@ def _budget_marks(fig: go.Figure, sweep: SweepInput) -> None:
         )
     default = sweep.engine_default_budget
     if default is not None and default != sweep.recommended_budget:
-        vline(fig, default, f"engine default {default}", NEUTRAL_COLOR)
+        vline(fig, default, f"engine default {default}", NEUTRAL_COLOR, level=1)
 
 
 def _engine_failures(fig: go.Figure, points: list[BudgetPoint]) -> None:
@@ -298,7 +298,9 @@ def throughput_chart(sweep: SweepInput) -> Chart:
         "At a fixed arrival rate throughput follows the load and barely moves with the budget; "
         "a drop at small budgets means iterations below the ridge cannot keep up."
     )
-    if known:
+    if len(known) == 1:
+        caption += f" Measured: {known[0][1]:,.0f} tokens/s at budget {known[0][0]}."
+    elif known:
         low = min(known, key=lambda bv: bv[1])
         high = max(known, key=lambda bv: bv[1])
         caption += (
@@ -340,7 +342,14 @@ def cdf_chart(sweep: SweepInput, metric: str) -> Chart | None:
             )
         )
     style_layout(fig, x_title=f"{name} (ms, log)", y_title="fraction of samples")
-    fig.update_xaxes(type="log")
+    # Zero gaps (tokens of one merged chunk) would stretch a log axis over decades of nothing:
+    # start it at the 0.5th percentile of the budgets' samples.
+    low_ms = min(_value_at(cdf, 0.005) for _, cdf in with_cdf)
+    high_ms = max(float(cdf.values_ms[-1]) for _, cdf in with_cdf)
+    if slo is not None:
+        low_ms, high_ms = min(low_ms, slo), max(high_ms, slo)
+    low_ms = max(low_ms, 1e-3)
+    fig.update_xaxes(type="log", range=[math.log10(low_ms / 1.5), math.log10(high_ms * 1.3)])
     fig.update_yaxes(range=[0, 1.02])
     hline(fig, sweep.percentile / 100, pct_name(sweep.percentile), NEUTRAL_COLOR, "dot")
     if slo is not None:
@@ -357,6 +366,12 @@ def cdf_chart(sweep: SweepInput, metric: str) -> Chart | None:
         "a step in a curve (two populations) hints at head-of-line blocking among prefills."
     )
     return Chart(f"chart-{metric}-cdf", f"{name} distribution per budget", fig, caption)
+
+
+def _value_at(cdf: Cdf, fraction: float) -> float:
+    """The smallest drawn value whose cumulative fraction reaches ``fraction``."""
+    index = int(np.searchsorted(cdf.fraction, fraction))
+    return float(cdf.values_ms[min(index, len(cdf.values_ms) - 1)])
 
 
 def failures_chart(sweep: SweepInput) -> Chart:

@@ -50,6 +50,7 @@ h3 { font-size: 16px; margin: 20px 0 4px; }
 table { border-collapse: collapse; margin: 8px 0; } td, th { border-bottom: 1px solid var(--line);
   padding: 4px 10px; text-align: left; vertical-align: top; } th { font-weight: 600; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
+#budget-table td:last-child { min-width: 200px; }
 .pass { color: var(--pass); font-weight: 600; } .fail { color: var(--fail); font-weight: 600; }
 pre { background: #f6f8fa; padding: 8px 12px; border-radius: 6px; overflow-x: auto;
   white-space: pre-wrap; word-break: break-all; }

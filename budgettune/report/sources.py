@@ -46,7 +46,7 @@ class Slo:
     percentile: float = 99.0
 
 
-def _num(value: object) -> float | None:
+def as_number(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
@@ -70,7 +70,7 @@ def percentiles_json(data: object, *, failed: int = 0) -> Percentiles | None:
 def _budget(value: object, *, source: str) -> int | None:
     if value is None or value == "none":
         return None
-    number = _num(value)
+    number = as_number(value)
     if number is None or number <= 0 or number != int(number):
         raise UserError(
             f"{source}: field 'budget': expected a positive whole number or null, got {value!r}"
@@ -91,7 +91,7 @@ def _judge(tbt: Percentiles | None, ttft: Percentiles | None, slo: Slo) -> bool 
     return all(checks) if checks else None
 
 
-def _checks(tbt: Percentiles | None, ttft: Percentiles | None, slo: Slo) -> tuple[Check, ...]:
+def slo_checks(tbt: Percentiles | None, ttft: Percentiles | None, slo: Slo) -> tuple[Check, ...]:
     out = []
     pct = f"p{slo.percentile:g}"
     for name, summary, limit in (("TBT", tbt, slo.tbt_ms), ("TTFT", ttft, slo.ttft_ms)):
@@ -128,7 +128,7 @@ def simulate_input(
         raise UserError(f"{source}: field 'points': expected a non-empty list")
     goodput: dict[int | None, float] = {}
     for item in doc.get("goodput") or []:
-        rate = _num(item.get("rate")) if isinstance(item, Mapping) else None
+        rate = as_number(item.get("rate")) if isinstance(item, Mapping) else None
         if rate is not None:
             goodput[_budget(item.get("budget"), source=source)] = rate
     points = []
@@ -138,10 +138,10 @@ def simulate_input(
         if not isinstance(item, Mapping):
             raise UserError(f"{where}: expected an object")
         budget = _budget(item.get("budget"), source=where)
-        failed = int(_num(item.get("failed")) or 0)
+        failed = int(as_number(item.get("failed")) or 0)
         tbt = percentiles_json(item.get("tbt_ms"), failed=failed)
         ttft = percentiles_json(item.get("ttft_ms"), failed=failed)
-        rate = _num(item.get("rate"))
+        rate = as_number(item.get("rate"))
         if rate is not None:
             rates.add(rate)
         points.append(
@@ -149,9 +149,9 @@ def simulate_input(
                 budget_tokens=budget,
                 predicted_tbt=tbt,
                 predicted_ttft=ttft,
-                predicted_throughput_tokens_per_s=_num(item.get("throughput_tokens_per_s")),
+                predicted_throughput_tokens_per_s=as_number(item.get("throughput_tokens_per_s")),
                 goodput_per_s=goodput.get(budget),
-                completed=int(_num(item.get("completed")) or 0),
+                completed=int(as_number(item.get("completed")) or 0),
                 failed=failed,
                 passed=_judge(tbt, ttft, slo),
             )
@@ -181,7 +181,7 @@ def simulate_input(
     verdict = Verdict(
         headline=headline,
         details=("Every figure on this page is a simulator prediction, not a measurement.",),
-        checks=_checks(best_point.predicted_tbt, best_point.predicted_ttft, slo)
+        checks=slo_checks(best_point.predicted_tbt, best_point.predicted_ttft, slo)
         if best_point
         else (),
         facts=(*_slo_facts(slo), ("load", load)),
@@ -246,24 +246,26 @@ def measured_point(
     if summary is None and records:
         summary = metrics.summarize(records).to_json()
     summary = summary or {}
-    failed = int(_num(summary.get("failed")) or sum(1 for r in records if not r.ok))
+    failed = int(as_number(summary.get("failed")) or sum(1 for r in records if not r.ok))
     tbt = percentiles_json(summary.get("tbt_ms"), failed=failed)
     ttft = percentiles_json(summary.get("ttft_ms"), failed=failed)
     reasons: dict[str, int] = {}
     for record in records:
         if not record.ok:
-            reason = _reason_class(record.error or "short output")
+            reason = reason_class(record.error or "short output")
             reasons[reason] = reasons.get(reason, 0) + 1
-    pred_failed = int(_num((predicted or {}).get("failed")) or 0)
+    pred_failed = int(as_number((predicted or {}).get("failed")) or 0)
     return BudgetPoint(
         budget_tokens=budget_tokens,
         measured_tbt=tbt,
         measured_ttft=ttft,
         predicted_tbt=percentiles_json((predicted or {}).get("tbt_ms"), failed=pred_failed),
         predicted_ttft=percentiles_json((predicted or {}).get("ttft_ms"), failed=pred_failed),
-        throughput_tokens_per_s=_num(summary.get("throughput_tokens_per_s")),
-        predicted_throughput_tokens_per_s=_num((predicted or {}).get("throughput_tokens_per_s")),
-        completed=int(_num(summary.get("completed")) or 0),
+        throughput_tokens_per_s=as_number(summary.get("throughput_tokens_per_s")),
+        predicted_throughput_tokens_per_s=as_number(
+            (predicted or {}).get("throughput_tokens_per_s")
+        ),
+        completed=int(as_number(summary.get("completed")) or 0),
         failed=failed,
         failure_reasons=reasons,
         passed=_judge(tbt, ttft, slo),
@@ -274,7 +276,7 @@ def measured_point(
     )
 
 
-def _reason_class(error: str) -> str:
+def reason_class(error: str) -> str:
     """Group failure reasons for the chart: "http 400: ..." -> "http 400", numbers dropped."""
     head = error.split(":", 1)[0].strip()
     words = [w for w in head.split() if not any(c.isdigit() for c in w) or w.isdigit()]
@@ -294,7 +296,7 @@ def _live_records(
     return [x.record for x in live], [x.record for x in live if not x.warmup]
 
 
-def _mapping(value: object) -> Mapping[str, Any]:
+def as_mapping(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
@@ -305,7 +307,7 @@ def _first(mapping: Mapping[str, Any] | None, *keys: str) -> Any:
     return None
 
 
-def _relative(path: str | Path, report_dir: Path | None) -> str:
+def relative_path(path: str | Path, report_dir: Path | None) -> str:
     target = Path(path)
     if report_dir is None:
         return str(target)
@@ -332,7 +334,7 @@ def provenance_from_results(
     trace = _first(config, "trace", "trace_path")
     checksum = _first(config, "trace_sha256", "trace_checksum")
     if trace and not checksum:
-        checksum = _sha256_now(Path(str(trace)))
+        checksum = sha256_now(Path(str(trace)))
     return Provenance(
         command=shlex.join(results.command) if results.command else None,
         versions=tuple(versions),
@@ -344,7 +346,7 @@ def provenance_from_results(
     )
 
 
-def _sha256_now(path: Path) -> str | None:
+def sha256_now(path: Path) -> str | None:
     if not path.is_file():
         return None
     digest = hashlib.sha256()
@@ -393,7 +395,7 @@ def results_input(
             else (raw if "tbt_ms" in raw else None)
         )
         points.append(measured_point(measured, budget_tokens=budget, summary=summary, slo=slo))
-        selfcheck = _mapping(raw.get("selfcheck"))
+        selfcheck = as_mapping(raw.get("selfcheck"))
         if selfcheck.get("merged_chunks_warning"):
             notes.append(
                 f"{selfcheck.get('merged_chunks')} stream chunks carried several tokens "
@@ -413,10 +415,10 @@ def results_input(
         percentile=slo.percentile,
     )
     raw0 = results.points[0]
-    rate = _num(_first(raw0, "rate", "rate_per_s")) or _num(
+    rate = as_number(_first(raw0, "rate", "rate_per_s")) or as_number(
         _first(results.config, "rate", "rate_per_s")
     )
-    selfcheck0 = _mapping(raw0.get("selfcheck"))
+    selfcheck0 = as_mapping(raw0.get("selfcheck"))
     facts: list[tuple[str, str]] = [("engine", _text(engine.get("name", "unknown")))]
     model = _first(results.config, "model") or engine.get("model")
     if model:
@@ -424,10 +426,10 @@ def results_input(
     facts.append(("budget", first.label))
     if rate is not None:
         facts.append(("target load", f"{rate:g} requests/s"))
-    achieved = _num(selfcheck0.get("achieved_rate_per_s"))
+    achieved = as_number(selfcheck0.get("achieved_rate_per_s"))
     if achieved is not None:
         facts.append(("achieved load", f"{achieved:.3g} requests/s"))
-    lag = _mapping(selfcheck0.get("send_lag_ms"))
+    lag = as_mapping(selfcheck0.get("send_lag_ms"))
     if lag:
         facts.append(
             (
@@ -436,8 +438,8 @@ def results_input(
             )
         )
     facts.append(("requests", f"{first.completed} completed, {first.failed} failed"))
-    server = _mapping(selfcheck0.get("server"))
-    itl, ttft_server = _mapping(server.get("itl")), _mapping(server.get("ttft"))
+    server = as_mapping(selfcheck0.get("server"))
+    itl, ttft_server = as_mapping(server.get("itl")), as_mapping(server.get("ttft"))
     if itl.get("p99_ms") is not None or ttft_server.get("p99_ms") is not None:
         facts.append(
             (
@@ -456,16 +458,16 @@ def results_input(
     )
     verdict = Verdict(
         headline=headline,
-        checks=_checks(first.measured_tbt, first.measured_ttft, slo),
+        checks=slo_checks(first.measured_tbt, first.measured_ttft, slo),
         facts=tuple(facts),
         ok=first.passed,
     )
     files: list[tuple[str, str]] = []
     if results_file is not None:
-        files.append(("results (raw per-request records)", _relative(results_file, report_dir)))
+        files.append(("results (raw per-request records)", relative_path(results_file, report_dir)))
     log = _first(engine, "log_path", "log")
     if log:
-        files.append(("engine log", _relative(str(log), report_dir)))
+        files.append(("engine log", relative_path(str(log), report_dir)))
     return ReportInput(
         title=f"budgettune {results.kind}: {_text(model or engine.get('name', ''))}".rstrip(": "),
         kind=results.kind,

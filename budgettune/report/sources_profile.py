@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from budgettune.errors import UserError
+from budgettune.profile.analytic import prefill_knee_tokens
 from budgettune.profile.schema import Profile
 from budgettune.report.inputs import (
     ProfileCurve,
@@ -19,6 +20,7 @@ from budgettune.report.inputs import (
     TileProbe,
     Verdict,
 )
+from budgettune.sim.stepmodel import StepModel
 
 
 def _hinge_curve(
@@ -187,4 +189,28 @@ def profile_report(
             files=(("profile", profile_file),) if profile_file else (),
         ),
         notes=notes,
+    )
+
+
+def model_profile_input(
+    model: StepModel,
+    *,
+    label: str,
+    max_tokens: int = 8192,
+    floor_tokens: int | None = None,
+    ceilings_tokens: Mapping[float, int] | None = None,
+    ceilings_note: str | None = None,
+) -> ProfileInput:
+    """The profile section drawn from a step-time model alone (no measurement to show): its
+    prefill-only iteration time against tokens and its ridge, labelled as model output."""
+    tokens = np.geomspace(64, max_tokens, 40)
+    times_ms = np.array([model.iteration_time_s([(int(p), 0)], []) * 1e3 for p in tokens])
+    return ProfileInput(
+        curves=(ProfileCurve(label=label, tokens=tokens, median_ms=times_ms, measured=False),),
+        ridge_tokens=prefill_knee_tokens(model),
+        knee_note="This curve is model output from presets, not a measurement; run `budgettune "
+        "profile` on the target hardware and sweep with --profile for a measured one.",
+        floor_tokens=floor_tokens,
+        ceilings_tokens=dict(ceilings_tokens or {}),
+        ceilings_note=ceilings_note,
     )
