@@ -40,7 +40,7 @@ app.add_typer(trace_app, name="trace")
 
 
 def _warn(message: str) -> None:
-    console_err.print(f"[yellow]warning:[/yellow] {message}", highlight=False)
+    console_err.print(f"[yellow]warning:[/yellow] {message}", highlight=False, soft_wrap=True)
 
 
 @trace_app.command("synth")
@@ -88,6 +88,7 @@ def synth(
             f"prompt mean {stats.prompt_tokens.mean:.0f}, output mean "
             f"{stats.output_tokens.mean:.0f} tokens)",
             highlight=False,
+            soft_wrap=True,
         )
 
 

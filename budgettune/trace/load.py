@@ -170,13 +170,15 @@ def _order(rows: RawRows, path: str, strict: bool, warn: Warn) -> int:
     if count:
         i = int(backwards[0]) + 1
         where = rows.where(i, rows.arrival_field)
+        before = rows.where(i - 1, rows.arrival_field)
+        earlier_than = f"line {before['line']}" if before["line"] is not None else before["field"]
         message = (
-            f"timestamp goes backwards: {arrival[i] - arrival[0]:.6f} s after the first request, "
-            f"{arrival[i - 1] - arrival[i]:.6f} s before the row above it"
+            f"timestamp goes backwards by {arrival[i - 1] - arrival[i]:.6f} s "
+            f"(earlier than {earlier_than})"
         )
         if strict:
             raise TraceError(
-                f"{message} ({count:,} such rows)",
+                f"{message}; {count:,} rows out of order",
                 path=path,
                 **where,
                 hint="sort the file by time, or drop --strict to have it sorted on load",

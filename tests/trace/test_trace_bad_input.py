@@ -100,7 +100,7 @@ CASES = {
         "i.csv",
         AZURE_HEADER + ROW1 + ROW3 + ROW2,
         {"strict": True},
-        ["i.csv:4:", "field 'TIMESTAMP'", "goes backwards", "1 such rows"],
+        ["i.csv:4:", "field 'TIMESTAMP'", "goes backwards by", "earlier than line 3", "1 rows out of order"],
     ),
     "empty file": ("j.csv", "", {}, ["j.csv:", "empty file"]),
     "header only": ("k.csv", AZURE_HEADER, {}, ["k.csv:", "no requests"]),
