@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import typer
 
 from budgettune.errors import SpecError
@@ -93,7 +94,8 @@ DURATION = typer.Option(
 MAX_MODEL_LEN = typer.Option(
     None,
     "--max-model-len",
-    help="Context limit in tokens (e.g. 8192 or 32k); longer requests follow --on-long.",
+    help="Context limit in tokens (e.g. 8192 or 32k): trace requests with prompt + output above "
+    "it follow --on-long; synthetic ones are clipped (dropped with --on-long drop).",
     rich_help_panel=PANEL,
 )
 ON_LONG = typer.Option(
@@ -174,7 +176,21 @@ def traffic_from_options(
     time_scale = parse_positive_float(time_scale, option="--time-scale")
     if requests is not None and requests <= 0:
         raise SpecError(f"--requests: must be positive, got {requests}")
+    if on_long not in ON_LONG_CHOICES:
+        raise SpecError(
+            f"--on-long: unknown value {on_long!r}; use one of {', '.join(ON_LONG_CHOICES)}"
+        )
+    max_len = (
+        parse_tokens(str(max_model_len), option="--max-model-len")
+        if max_model_len is not None
+        else None
+    )
+    if max_len is not None and max_len < 2:
+        raise SpecError(f"--max-model-len: must be at least 2 tokens, got {max_model_len!r}")
     if trace is None:
+        for name, value in (("--format", format), ("--columns", columns), ("--strict", strict)):
+            if value:
+                raise SpecError(f"{name}: applies to --trace only")
         return _synthetic(
             arrivals,
             rate,
@@ -186,19 +202,12 @@ def traffic_from_options(
             seed,
             prompt_dist,
             output_dist,
-            (format, columns, max_model_len, strict),
+            max_len,
+            on_long,
+            on_warning,
         )
     if prompt_dist is not None or output_dist is not None:
         raise SpecError("--prompt-dist/--output-dist: not with --trace (the trace gives lengths)")
-    if on_long not in ON_LONG_CHOICES:
-        raise SpecError(
-            f"--on-long: unknown value {on_long!r}; use one of {', '.join(ON_LONG_CHOICES)}"
-        )
-    max_len = (
-        parse_tokens(str(max_model_len), option="--max-model-len")
-        if max_model_len is not None
-        else None
-    )
     loaded, report = load_trace(
         trace,
         format=format,
@@ -252,12 +261,13 @@ def _synthetic(
     seed: int,
     prompt_dist: str | None,
     output_dist: str | None,
-    trace_only: tuple[object, ...],
+    max_len: int | None,
+    on_long: str,
+    on_warning: Callable[[str], None] | None,
 ) -> Traffic:
-    names = ("--format", "--columns", "--max-model-len", "--strict")
-    for name, value in zip(names, trace_only, strict=True):
-        if value:
-            raise SpecError(f"{name}: applies to --trace only")
+    """Seeded Poisson/gamma traffic from two length distributions. With ``max_len`` (the
+    engine's context), requests longer than it are dropped (``on_long`` drop) or else clipped:
+    the distributions are ours, so there is nothing to refuse."""
     if window:
         raise SpecError("--window: applies to --trace only")
     if time_scale != 1.0:
@@ -284,15 +294,26 @@ def _synthetic(
             burstiness=burstiness,
         )
         assert trace.arrival_s is not None
-        return Schedule(
-            target_s=trace.arrival_s,
-            prompt_tokens=trace.prompt_tokens,
-            output_tokens=trace.output_tokens,
-        )
+        times, prompts, outputs = trace.arrival_s, trace.prompt_tokens, trace.output_tokens
+        if max_len is not None:
+            too_long = prompts + outputs > max_len
+            fitted[0] = int(too_long.sum())
+            if on_long == "drop":
+                times, prompts, outputs = times[~too_long], prompts[~too_long], outputs[~too_long]
+            else:
+                outputs = np.minimum(outputs, max_len - 1)
+                prompts = np.minimum(prompts, max_len - outputs)
+        return Schedule(target_s=times, prompt_tokens=prompts, output_tokens=outputs)
 
+    fitted = [0]
     schedule = rebuild(rate)
+    if not len(schedule):
+        raise SpecError(f"--max-model-len: every synthetic request exceeds {max_len}")
     description = (
         f"synthetic {process} at {rate:g}/s, prompt {prompt.spec}, output {output.spec}, "
         f"{len(schedule):,} requests"
     )
+    if fitted[0] and on_warning is not None:
+        done = "dropped" if on_long == "drop" else "clipped"
+        on_warning(f"{done} {fitted[0]:,} synthetic requests longer than --max-model-len {max_len}")
     return Traffic(schedule, None, description, rebuild)

@@ -145,3 +145,22 @@ def test_traffic_option_errors_with_a_trace(tmp_path: Path) -> None:
         traffic_from_options(trace=path, rate=1.0, prompt_dist="fixed:5")
     with pytest.raises(SpecError, match="--max-model-len"):
         traffic_from_options(trace=path, rate=1.0, max_model_len="lots")
+
+
+def test_synthetic_traffic_fits_the_engine_context() -> None:
+    warnings: list[str] = []
+    common = {"rate": 10.0, "requests": 400, "seed": 1, "prompt_dist": "uniform:min=100,max=900"}
+    clipped = traffic_from_options(
+        **common, output_dist="fixed:200", max_model_len="800", on_warning=warnings.append
+    )
+    total = clipped.schedule.prompt_tokens + clipped.schedule.output_tokens
+    assert len(clipped.schedule) == 400 and total.max() == 800
+    assert warnings and warnings[0].startswith("clipped ") and "--max-model-len 800" in warnings[0]
+    # the same clipping holds at another rate (a rate search rebuilds the traffic)
+    again = clipped.at_rate(20.0)
+    assert (again.prompt_tokens + again.output_tokens).max() <= 800
+    dropped = traffic_from_options(
+        **common, output_dist="fixed:200", max_model_len="800", on_long="drop"
+    )
+    kept = dropped.schedule.prompt_tokens + dropped.schedule.output_tokens
+    assert kept.max() <= 800 and len(dropped.schedule) == 400 - int(warnings[0].split()[1])
