@@ -341,6 +341,12 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else format_ms(value / 1e3)
 
 
+def _num(value_ms: float | None) -> str:
+    if value_ms is None or value_ms != value_ms:
+        return "-"
+    return f"{value_ms:,.0f}" if value_ms >= 100 else f"{value_ms:.1f}"
+
+
 def _point_line(point: dict[str, Any], config: SweepConfig) -> str:
     if point["status"] != "measured":
         return f"  budget {point['budget']}: {point['status']}: {point.get('error')}"
@@ -360,14 +366,14 @@ def _print_result(result: SweepResult, config: SweepConfig) -> None:
         f"{format_ms(config.slo_tbt_s)}, TTFT <= {format_ms(config.slo_ttft_s)})",
         box=box.SIMPLE_HEAD,
     )
-    for column in ("budget", "TBT", "TTFT", "tok/s", "failed", "verdict"):
+    for column in ("budget", "TBT ms", "TTFT ms", "tok/s", "failed", "verdict"):
         table.add_column(column, justify="right")
     measured = {int(pt["budget"]): pt for pt in result.points}
     for budget in sorted({*result.predictions, *measured}):
         prediction = result.predictions.get(budget)
         point = measured.get(budget)
-        pred_tbt = _ms(prediction.tbt_s * 1e3) if prediction else "-"
-        pred_ttft = _ms(prediction.ttft_s * 1e3) if prediction else "-"
+        pred_tbt = _num(prediction.tbt_s * 1e3) if prediction else "-"
+        pred_ttft = _num(prediction.ttft_s * 1e3) if prediction else "-"
         label = str(budget) + (" (default)" if budget == config.default_budget else "")
         if point is None or point["status"] != "measured":
             status = "[dim]not run[/dim]" if point is None else f"[red]{point['status']}[/red]"
@@ -376,11 +382,11 @@ def _print_result(result: SweepResult, config: SweepConfig) -> None:
         summary = point["measured"]
         verdict = "[green]pass[/green]" if point["ok"] else "[red]fail[/red]"
         if point.get("early_stop"):
-            verdict += " (early stop)"
+            verdict += " (early)"
         table.add_row(
             label,
-            f"{_ms(point['tbt_ms'])} / {pred_tbt}",
-            f"{_ms(point['ttft_ms'])} / {pred_ttft}",
+            f"{_num(point['tbt_ms'])} / {pred_tbt}",
+            f"{_num(point['ttft_ms'])} / {pred_ttft}",
             f"{summary['throughput_tokens_per_s'] or 0:,.0f}",
             str(summary["failed"]),
             verdict,

@@ -284,11 +284,18 @@ async def _verify(
     if stop_reason is not None and stop_reason.startswith("interrupted"):
         # Ctrl-C: the point is not finished; leave it out of points.jsonl so --resume reruns it.
         raise KeyboardInterrupt
+    stopped_early = stop_reason is not None and stop_reason.startswith("early stop")
     measured = result.outcome.measured()
+    summary = result.summary
+    if stopped_early:
+        # Requests the early stop cancelled in flight are our doing, not the engine's failures:
+        # the partial figures cover the requests that finished on their own.
+        measured = [r for r in measured if not (r.error or "").startswith("cancelled")]
+        summary = summarize(measured)
     status = MEASURED
     if result.engine_crashed:
         status = "crashed"
-    elif stop_reason is not None and not stop_reason.startswith("early stop"):
+    elif stop_reason is not None and not stopped_early:
         status = "aborted"
     tbt_q = _quantile_or_zero(tbt_s(measured), config.quantile)
     ttft_q = quantile(ttft_s(measured), config.quantile)
@@ -301,14 +308,14 @@ async def _verify(
     ttft_ok = not rule.ttft_failed and (ttft_q <= config.slo_ttft_s or not complete)
     point.update(
         status=status,
-        measured=result.summary.to_json(),
+        measured=summary.to_json(),
         tbt_ms=tbt_q * 1e3,
         ttft_ms=ttft_q * 1e3 if ttft_q != float("inf") else None,
         tbt_ok=tbt_ok if status == MEASURED else None,
         ttft_ok=ttft_ok if status == MEASURED else None,
         ok=status == MEASURED and tbt_ok and ttft_ok,
         complete=complete,
-        early_stop=stop_reason if stop_reason and stop_reason.startswith("early stop") else None,
+        early_stop=stop_reason if stopped_early else None,
         error=result.engine_crashed or (stop_reason if status == "aborted" else None),
         log_tail=result.engine.get("log_tail"),
         engine={k: v for k, v in result.engine.items() if k != "log_tail"},
