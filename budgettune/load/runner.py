@@ -74,7 +74,7 @@ class RunOptions:
             raise SpecError(f"--warmup: must be zero or more, got {self.warmup_requests}")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, repr=False)
 class LiveRecord:
     """A measured request: the shared :class:`RequestRecord` plus the raw wire facts."""
 
@@ -84,6 +84,12 @@ class LiveRecord:
     chunk_tokens: IntArray
     usage: dict[str, Any] | None = None
     warmup: bool = False
+
+    def __repr__(self) -> str:
+        # Short on purpose: asyncio formats the main task's result (with every record) when
+        # it restores the SIGINT handler, and numpy arrays of tokens make that take seconds.
+        r = self.record
+        return f"LiveRecord(id={r.request_id}, tokens={len(r.token_times_s)}, error={r.error!r})"
 
     def to_json(self) -> dict[str, Any]:
         """Record fields plus wire facts; per-chunk arrays only when some chunk was merged (else
@@ -127,7 +133,7 @@ class RunProgress:
 StopRule = Callable[[Sequence[LiveRecord]], str | None]
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, repr=False)
 class RunOutcome:
     """What a replay produced. ``records`` are the sent requests, in schedule order."""
 
@@ -141,6 +147,12 @@ class RunOutcome:
     server_before: ServerSnapshot | None = None
     server_after: ServerSnapshot | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:  # short: see LiveRecord.__repr__
+        return (
+            f"RunOutcome({len(self.records)} of {self.scheduled} records, "
+            f"complete={self.complete}, stop_reason={self.stop_reason!r})"
+        )
 
     def measured(self) -> list[RequestRecord]:
         """Records after warm-up: the ones statistics are computed over."""
