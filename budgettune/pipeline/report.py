@@ -18,7 +18,13 @@ from budgettune.pipeline.profile import summarize as profile_summary
 from budgettune.profile.schema import Profile, load_profile, profile_from_json
 from budgettune.report.html import write_report
 from budgettune.report.inputs import ProfileInput, ReportInput
-from budgettune.report.sources import Slo, read_json, results_input, simulate_input
+from budgettune.report.sources import (
+    Slo,
+    read_json,
+    relative_path,
+    results_input,
+    simulate_input,
+)
 from budgettune.report.sources_profile import model_profile_input, profile_input, profile_report
 from budgettune.report.sources_sweep import (
     POINTS_FILE,
@@ -26,6 +32,7 @@ from budgettune.report.sources_sweep import (
     SETTINGS_FILE,
     is_sweep_folder,
     sweep_input,
+    sweep_results_input,
 )
 from budgettune.results import RESULTS_FILE, Results
 from budgettune.sim.stepmodel import StepModel
@@ -141,22 +148,19 @@ def build_input(source: Path, *, slo: Slo = Slo(), report_dir: Path | None = Non
     kind = detect_kind(doc)
     if kind == "profile":
         loaded = profile_from_json(doc, source=str(source))
-        return profile_page(loaded, profile_file=_beside(source, report_dir))
+        return profile_page(loaded, profile_file=relative_path(source, report_dir))
     if kind == "results":
         results = Results.from_json(doc, source=str(source))
+        if results.kind == "sweep":
+            report, sweep_doc = sweep_results_input(
+                results, source=source, slo=slo, report_dir=report_dir
+            )
+            profile = sweep_profile(sweep_doc, source.parent)
+            return report if profile is None else dataclasses.replace(report, profile=profile)
         return results_input(
             results, slo=slo, source=str(source), report_dir=report_dir, results_file=source
         )
     return simulate_input(doc, slo=slo, source=str(source))
-
-
-def _beside(path: Path, report_dir: Path | None) -> str:
-    if report_dir is None:
-        return str(path)
-    try:
-        return str(path.resolve().relative_to(report_dir.resolve()))
-    except ValueError:
-        return str(path.resolve())
 
 
 def default_output(source: Path) -> Path:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import platform
 import shlex
 from collections.abc import Mapping, Sequence
@@ -308,12 +309,13 @@ def _first(mapping: Mapping[str, Any] | None, *keys: str) -> Any:
 
 
 def relative_path(path: str | Path, report_dir: Path | None) -> str:
+    """``path`` as a link from a page in ``report_dir`` ("../run/results.json" when needed)."""
     target = Path(path)
     if report_dir is None:
         return str(target)
     try:
-        return str(target.resolve().relative_to(report_dir.resolve()))
-    except ValueError:
+        return os.path.relpath(target.resolve(), report_dir.resolve())
+    except ValueError:  # another drive (Windows): no relative path exists
         return str(target)
 
 
@@ -371,6 +373,12 @@ def results_input(
     results_file: Path | None = None,
 ) -> ReportInput:
     """A report of one replay: its point's figures, CDFs, workload and token timeline."""
+    if results.kind == "simulate":  # predictions, not measurements: their own adapter
+        from budgettune.report.sources_simulate import simulate_results_input
+
+        return simulate_results_input(
+            results, slo=slo, source=source, report_dir=report_dir, results_file=results_file
+        )
     if not results.points:
         raise UserError(f"{source}: field 'points': no measured point in this results file")
     engine = results.engine or {}

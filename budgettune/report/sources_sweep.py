@@ -41,7 +41,7 @@ from budgettune.report.sources import (
     timeline_from_records,
     workload_from_records,
 )
-from budgettune.results import load_results, point_records
+from budgettune.results import Results, load_results, point_records
 
 RECOMMENDATION_FILE = "recommendation.json"
 SETTINGS_FILE = "sweep.json"
@@ -78,6 +78,9 @@ def _records_file(point: Mapping[str, Any], run_dir: Path) -> Path | None:
 
 
 def _budget_records(point: Mapping[str, Any], run_dir: Path) -> list[RequestRecord]:
+    """The budget's measured records: inline (the sweep's results.json) or its replay's file."""
+    if isinstance(point.get("records"), list):
+        return [live.record for live in point_records(dict(point)) if not live.warmup]
     path = _records_file(point, run_dir)
     if path is None:
         return []
@@ -133,19 +136,22 @@ def sweep_point(
             error=str(point.get("error") or "the engine failed to start"),
         )
     records = _budget_records(point, run_dir)
-    measured = as_mapping(point.get("measured"))
+    # points.jsonl nests the replay's summary under "measured" beside the verdict's quantiles
+    # (floats); the sweep's results.json flattens it into the point (percentile objects).
+    nested = "measured" in point
+    measured = as_mapping(point.get("measured")) if nested else point
     failed_reported = int(as_number(measured.get("failed")) or 0)
     # An early-stopped replay cancelled its last requests on purpose: not failures.
     real_failures = [r for r in records if not r.ok and not (early and _cancelled(r))]
     failed = len(real_failures) if records else (0 if early else failed_reported)
     tbt = percentiles_json(measured.get("tbt_ms"), failed=0 if early else failed_reported)
     ttft = percentiles_json(measured.get("ttft_ms"), failed=0 if early else failed_reported)
-    # The point's own quantiles are the numbers the verdict used: they win at the percentile.
-    tbt = _with_value(tbt, percentile, as_number(point.get("tbt_ms")))
-    ttft_value = as_number(point.get("ttft_ms"))
-    if ttft_value is None and not early and status == "measured":
-        ttft_value = math.inf  # null TTFT of a finished replay: failed requests
-    ttft = _with_value(ttft, percentile, ttft_value)
+    if nested:  # the point's own quantiles are the numbers the verdict used: they win
+        tbt = _with_value(tbt, percentile, as_number(point.get("tbt_ms")))
+        ttft_value = as_number(point.get("ttft_ms"))
+        if ttft_value is None and not early and status == "measured":
+            ttft_value = math.inf  # null TTFT of a finished replay: failed requests
+        ttft = _with_value(ttft, percentile, ttft_value)
     reasons: dict[str, int] = {}
     for record in real_failures:
         key = reason_class(record.error or "short output")
@@ -225,6 +231,34 @@ def sweep_input(
     raw_points: list[Any] = listed if isinstance(listed, list) else _load_points(run_dir)
     if not raw_points and not doc:
         raise UserError(f"report: {run_dir}: the sweep has no finished budget yet")
+    return _sweep_report(doc, settings, raw_points, run_dir, slo, report_dir)
+
+
+def sweep_results_input(
+    results: Results, *, source: Path, slo: Slo = Slo(), report_dir: Path | None = None
+) -> tuple[ReportInput, dict[str, Any]]:
+    """The same report from the sweep's own results.json (every point with its records inline),
+    e.g. a file copied away from its run folder."""
+    config = dict(results.config)
+    summary = as_mapping(config.pop("sweep", None))
+    doc = {
+        **summary,
+        "command": list(results.command),
+        "budgettune_version": results.budgettune_version,
+    }
+    if not summary:
+        raise UserError(f"{source}: a sweep results file without its 'sweep' summary in config")
+    return _sweep_report(doc, config, list(results.points), source.parent, slo, report_dir)
+
+
+def _sweep_report(
+    doc: dict[str, Any],
+    settings: Mapping[str, Any],
+    raw_points: list[Any],
+    run_dir: Path,
+    slo: Slo,
+    report_dir: Path | None,
+) -> tuple[ReportInput, dict[str, Any]]:
     slo = _slo(doc, settings, slo)
     by_budget = {
         int(p["budget"]): p
@@ -268,6 +302,7 @@ def sweep_input(
             ("sweep settings", SETTINGS_FILE),
             ("vLLM config", "vllm.yaml"),
             ("SGLang arguments", "sglang.args"),
+            ("every point with its raw per-request records", "results.json"),
         )
         if (run_dir / name).is_file()
     ]
@@ -409,4 +444,4 @@ def _verdict(
     )
 
 
-__all__ = ["is_sweep_folder", "sweep_input", "sweep_point"]
+__all__ = ["is_sweep_folder", "sweep_input", "sweep_point", "sweep_results_input"]

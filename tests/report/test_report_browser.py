@@ -17,6 +17,7 @@ import pytest
 import report_builders as rb
 import report_cdp as cdp
 
+from budgettune.pipeline.report import run_report
 from budgettune.report.html import collect_charts, write_report
 
 pytestmark = pytest.mark.browser
@@ -135,3 +136,32 @@ def test_script_in_a_model_name_is_text(browser: cdp.Browser, tmp_path: Path) ->
         "Array.from(document.scripts).filter(s => !s.text.includes('Plotly')).length"
     )
     assert scripts == 0
+
+
+def test_embedded_engine_sweep_report(
+    browser: cdp.Browser, sweep_run: Path, tmp_path: Path
+) -> None:
+    """The page of a real sweep on the embedded engine, as `budgettune report` writes it."""
+    outcome = run_report(sweep_run, output=tmp_path / "sweep.html")
+    expected = {chart_id: 1 for chart_id in outcome.chart_ids}
+    assert {"chart-profile", "chart-tbt-vs-budget", "chart-tbt-cdf", "chart-timeline"} <= set(
+        expected
+    )
+    start = len(browser.events)
+    browser.navigate(outcome.path.as_uri())
+    state = _wait_for_charts(browser, expected)
+    for chart_id in expected:
+        drawn = state.get(chart_id, {})
+        assert drawn.get("svgs", 0) >= 1 and drawn.get("traces", 0) >= 1, (chart_id, drawn)
+        assert drawn["traces"] == drawn["data"], (chart_id, drawn)
+    events = browser.events[start:]
+    urls = [
+        e["params"]["request"]["url"] for e in events if e["method"] == "Network.requestWillBeSent"
+    ]
+    assert urls == [outcome.path.as_uri()], f"the page requested {urls}"
+    assert not [e for e in events if e["method"] == "Runtime.exceptionThrown"]
+    verdict = browser.evaluate("document.getElementById('verdict-panel').textContent")
+    assert "Recommended:" in verdict or "No budget meets" in verdict
+    shot = tmp_path / "sweep-report.png"
+    browser.screenshot(shot)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
