@@ -315,8 +315,15 @@ def throughput_chart(sweep: SweepInput) -> Chart:
     return Chart("chart-throughput", "Throughput and goodput against budget", fig, caption)
 
 
+def survival(cdf: Cdf) -> np.ndarray:
+    """P(X >= x) at each drawn value: 1 - F + 1/n, so the largest sample sits at 1/n (> 0)."""
+    return 1.0 - cdf.fraction + cdf.fraction[0] if len(cdf.fraction) else cdf.fraction
+
+
 def cdf_chart(sweep: SweepInput, metric: str) -> Chart | None:
-    """The CDF of TBT or TTFT samples, one line per budget, log x axis; None without samples."""
+    """TBT or TTFT distribution per budget, one line each, drawn as the tail: the fraction of
+    samples at or above each value, both axes log, so p99 and p99.9 are readable rather than
+    squashed against 1. None without samples."""
     name = {"tbt": "TBT", "ttft": "TTFT"}[metric]
     slo = sweep.slo_tbt_ms if metric == "tbt" else sweep.slo_ttft_ms
     with_cdf: list[tuple[BudgetPoint, Cdf]] = []
@@ -334,14 +341,15 @@ def cdf_chart(sweep: SweepInput, metric: str) -> Chart | None:
         fig.add_trace(
             go.Scatter(
                 x=round_sig(np.maximum(cdf.values_ms, 1e-3)),
-                y=round_sig(cdf.fraction, 5),
+                y=round_sig(survival(cdf), 5),
                 mode="lines",
                 line={"color": colors[point.budget_tokens], "width": 2, "shape": "hv"},
                 name=f"budget {point.label}",
-                hovertemplate=f"budget {point.label}: %{{x:.3g}} ms at %{{y:.4f}}<extra></extra>",
+                hovertemplate=f"budget {point.label}: %{{y:.3%}} of samples at or above "
+                "%{x:.3g} ms<extra></extra>",
             )
         )
-    style_layout(fig, x_title=f"{name} (ms, log)", y_title="fraction of samples")
+    style_layout(fig, x_title=f"{name} (ms, log)", y_title="fraction of samples at or above (log)")
     # Zero gaps (tokens of one merged chunk) would stretch a log axis over decades of nothing:
     # start it at the 0.5th percentile of the budgets' samples.
     low_ms = min(_value_at(cdf, 0.005) for _, cdf in with_cdf)
@@ -350,22 +358,29 @@ def cdf_chart(sweep: SweepInput, metric: str) -> Chart | None:
         low_ms, high_ms = min(low_ms, slo), max(high_ms, slo)
     low_ms = max(low_ms, 1e-3)
     fig.update_xaxes(type="log", range=[math.log10(low_ms / 1.5), math.log10(high_ms * 1.3)])
-    fig.update_yaxes(range=[0, 1.02])
-    hline(fig, sweep.percentile / 100, pct_name(sweep.percentile), NEUTRAL_COLOR, "dot")
+    tail = 1.0 - sweep.percentile / 100
+    floor = min(float(survival(cdf)[-1]) for _, cdf in with_cdf)
+    if tail > 0:
+        floor = min(floor, tail)
+    fig.update_yaxes(type="log", range=[math.log10(floor / 2), math.log10(1.05)])
+    if tail > 0:
+        hline(fig, tail, f"{pct_name(sweep.percentile)} ({tail:.2g} above)", NEUTRAL_COLOR, "dot")
     if slo is not None:
         vline(fig, slo, f"SLO {fmt_ms(slo)}", SLO_COLOR, "dash")
     unit = "gap between two tokens of one request" if metric == "tbt" else "request"
     caption = (
-        f"Each line is one budget; one sample per {unit}. Where a line crosses the dotted "
-        f"{pct_name(sweep.percentile)} level left of the red SLO line, the budget meets the SLO. "
+        f"Each line is one budget, one sample per {unit}, drawn as its tail: the share of "
+        f"samples at or above each value. A line crossing the dotted {pct_name(sweep.percentile)}"
+        " level left of the red SLO line meets the SLO there. "
     )
     caption += (
         "Larger budgets shift the TBT tail right: long prompts slow the decodes beside them."
         if metric == "tbt"
         else "Small budgets stretch the TTFT tail: a long prompt needs many iterations; "
-        "a step in a curve (two populations) hints at head-of-line blocking among prefills."
+        "a shoulder in a curve (two populations) hints at head-of-line blocking among prefills. "
+        "Failed requests count in the shares but have no TTFT to draw."
     )
-    return Chart(f"chart-{metric}-cdf", f"{name} distribution per budget", fig, caption)
+    return Chart(f"chart-{metric}-cdf", f"{name} distribution per budget (tail)", fig, caption)
 
 
 def _value_at(cdf: Cdf, fraction: float) -> float:

@@ -24,9 +24,10 @@ from budgettune.report.charts_sweep import (
     failures_chart,
     latency_vs_budget_chart,
     slo_crossing,
+    survival,
     throughput_chart,
 )
-from budgettune.report.inputs import BudgetPoint, Percentiles, SweepInput
+from budgettune.report.inputs import BudgetPoint, Percentiles, SweepInput, cdf_from_samples
 
 
 def test_slo_crossing_rising_interpolates_in_log_budget() -> None:
@@ -114,18 +115,31 @@ def test_throughput_chart_series_and_range() -> None:
     assert chart.figure.layout.yaxis.rangemode == "tozero"
 
 
-def test_cdf_chart_one_line_per_budget_with_samples() -> None:
+def test_cdf_chart_one_line_per_budget_drawn_as_its_tail() -> None:
     sweep = rb.make_sweep()
     chart = cdf_chart(sweep, "tbt")
     assert chart is not None
     with_samples = [p for p in sweep.points if p.tbt_cdf is not None]
     assert len(chart.figure.data) == len(with_samples) == len(rb.BUDGETS)
-    assert chart.figure.layout.xaxis.type == "log"
+    assert chart.figure.layout.xaxis.type == "log" and chart.figure.layout.yaxis.type == "log"
+    n = 4000  # samples per budget in the builder
     for trace in chart.figure.data:
-        assert len(trace.x) <= 400 and max(trace.y) == pytest.approx(1.0)
+        assert len(trace.x) <= 400
+        assert trace.y[0] == pytest.approx(1.0)  # every sample is at or above the smallest
+        assert trace.y[-1] == pytest.approx(1 / n)  # only the largest is at or above itself
+        assert all(a >= b for a, b in zip(trace.y, trace.y[1:], strict=False))
     assert _shapes_at(chart.figure, x=rb.SLO_TBT_MS)
-    assert _shapes_at(chart.figure, y=0.99)
+    assert _shapes_at(chart.figure, y=0.01), "no p99 line at 1% above"
     assert cdf_chart(SweepInput(points=(BudgetPoint(512),)), "tbt") is None
+
+
+def test_tail_reads_the_percentile() -> None:
+    samples = np.arange(1, 101, dtype=float)  # 1..100 ms: 2% of samples are >= 99 ms
+    cdf = cdf_from_samples(samples)
+    assert cdf is not None
+    tail = survival(cdf)
+    assert tail[list(cdf.values_ms).index(99.0)] == pytest.approx(0.02)
+    assert tail[list(cdf.values_ms).index(100.0)] == pytest.approx(0.01)
 
 
 def test_failures_chart_stacks_reasons_and_marks_crashes() -> None:
