@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from standin import write_standin  # this folder is on sys.path under pytest's import mode
-from vllm_env import pids_marked
+from vllm_env import MARK_VAR, pids_marked
 
 from budgettune.engine import served
 from budgettune.engine.base import DEFAULT_HEALTH_TIMEOUT_S, LaunchSpec
@@ -203,8 +203,13 @@ def _standin_spec(tmp_path: Path, flavor: str, **changes: object) -> LaunchSpec:
         if flavor == "vllm"
         else (sys.executable, str(script))
     )
-    env = {"STANDIN_FLAVOR": flavor, "STANDIN_RECORD": str(tmp_path / "record.json"), "MY_VAR": "1"}
-    env.update(changes.pop("env", {}))  # type: ignore[arg-type]
+    env = {
+        "STANDIN_FLAVOR": flavor,
+        "STANDIN_RECORD": str(tmp_path / "record.json"),
+        "MY_VAR": "1",
+        MARK_VAR: tmp_path.name,  # found by pids_marked() in the children too
+    }
+    env.update(changes.pop("env", {}))  # type: ignore[call-overload]
     fields: dict[str, object] = dict(
         budget_tokens=256, max_num_seqs=4, model=str(tmp_path / "model"), engine_cmd=base,
         env=env, log_path=tmp_path / "run" / "engine-256.log", health_timeout_s=20,
@@ -227,6 +232,7 @@ def test_standin_lifecycle_serves_and_stops(tmp_path: Path, flavor: str) -> None
     async def run() -> tuple[object, list[int]]:
         async with engine.launch(spec) as handle:
             members = group_members(handle.pgid or -1)
+            assert set(pids_marked(tmp_path.name)) == set(members)  # the marker finds them
             outcome = await run_schedule(
                 schedule, Target(handle.url, handle.model), RunOptions(scrape_metrics=False)
             )
@@ -249,6 +255,7 @@ def test_standin_lifecycle_serves_and_stops(tmp_path: Path, flavor: str) -> None
     assert handle.model == spec.model
     assert recorded["pid"] in members
     assert group_members(handle.pgid) == [] and not handle.alive()
+    assert pids_marked(tmp_path.name) == []
     assert "listening" in (tmp_path / "run" / "engine-256.log").read_text()
 
 
