@@ -4,8 +4,8 @@ show TTFT/TBT/TPOT/E2E percentiles, failures and the load generator's self-check
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as _dt
-import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,19 +22,19 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from budgettune.cli import _engine_options as eo
 from budgettune.cli import _trace_options as to
 from budgettune.cli import app
 from budgettune.cli._common import console, console_err, print_json
-from budgettune.engine.base import DEFAULT_HEALTH_TIMEOUT_S, EngineHandle, LaunchSpec, StartProgress
+from budgettune.engine.base import EngineHandle, StartProgress
 from budgettune.engine.registry import engine_names
 from budgettune.errors import SpecError
 from budgettune.hardware import resolve_gpu, resolve_model
 from budgettune.load.runner import MERGED_MODES, RunOptions, RunProgress
 from budgettune.pipeline.replay import ReplayConfig, ReplayResult, run_replay
 from budgettune.pipeline.simulate import parse_budgets
-from budgettune.units import format_ms, parse_duration_s, parse_tokens
+from budgettune.units import format_ms, parse_duration_s
 
-ENGINE_PANEL = "Engine"
 LAG_WARN_MS = 5.0
 LAUNCHABLE = [name for name in engine_names() if name != "external"]
 RUN_PANEL = "Load generator"
@@ -43,43 +43,37 @@ RUN_PANEL = "Load generator"
 @app.command()
 def replay(
     engine: str = typer.Option(
-        "sim", "--engine", help=f"Engine to launch: {', '.join(LAUNCHABLE)} (sim is built "
-        "in). --url measures your own server instead.", rich_help_panel=ENGINE_PANEL,
+        "auto", "--engine", help=f"Engine to launch: auto (vLLM when installed and a GPU is "
+        f"visible, else sim), {', '.join(LAUNCHABLE)}. --url measures your own server instead.",
+        rich_help_panel=eo.PANEL,
     ),
-    url: str | None = typer.Option(
-        None, "--url", help="Measure a running OpenAI-compatible server (e.g. "
-        "http://127.0.0.1:8000); nothing is launched.", rich_help_panel=ENGINE_PANEL,
-    ),
+    url: str | None = eo.URL,
     budget: str | None = typer.Option(
         None, "--budget", help="Token budget for the launched engine (vLLM "
         "--max-num-batched-tokens), e.g. 512 or 2k; 'none' = no chunking. Default: the "
-        "engine's own.", rich_help_panel=ENGINE_PANEL,
-    ),
-    max_num_seqs: int | None = typer.Option(
-        None, "--max-num-seqs", min=1, help="Most running sequences (engine default if unset).",
-        rich_help_panel=ENGINE_PANEL,
+        "engine's own.", rich_help_panel=eo.PANEL,
     ),
     model: str | None = typer.Option(
-        None, "--model", help="Model for the launched engine (sim: a preset or config.json; "
-        "default llama-3.1-8b).", rich_help_panel=ENGINE_PANEL,
+        None, "--model", help="Model to serve: a folder or Hugging Face id for vLLM/SGLang; for "
+        "sim a preset or config.json (default llama-3.1-8b).", rich_help_panel=eo.PANEL,
     ),
     gpu: str | None = typer.Option(
         None, "--gpu", help="GPU preset for the sim engine (default h100-sxm).",
-        rich_help_panel=ENGINE_PANEL,
+        rich_help_panel=eo.PANEL,
     ),
     port: int | None = typer.Option(
         None, "--port", help="Port for the launched engine (default: a free one).",
-        rich_help_panel=ENGINE_PANEL,
+        rich_help_panel=eo.PANEL,
     ),
-    engine_arg: list[str] = typer.Option(
-        [], "--engine-arg", help="Extra engine flags, repeatable, e.g. --engine-arg "
-        "'--time-scale 0.5' (split like a shell, never run through one).",
-        rich_help_panel=ENGINE_PANEL,
-    ),
-    health_timeout: str = typer.Option(
-        f"{DEFAULT_HEALTH_TIMEOUT_S:g}s", "--health-timeout", help="How long to wait for the "
-        "engine to become healthy.", rich_help_panel=ENGINE_PANEL,
-    ),
+    max_num_seqs: int = eo.MAX_NUM_SEQS,
+    engine_cmd: str | None = eo.ENGINE_CMD,
+    env: list[str] = eo.ENGINE_ENV,
+    engine_arg: list[str] = eo.ENGINE_ARG,
+    dtype: str | None = eo.DTYPE,
+    tensor_parallel_size: int | None = eo.TENSOR_PARALLEL_SIZE,
+    gpu_memory_utilization: float | None = eo.GPU_MEMORY_UTILIZATION,
+    prefix_caching: str = eo.PREFIX_CACHING,
+    health_timeout: str | None = eo.HEALTH_TIMEOUT,
     trace: Path | None = to.TRACE,
     format: str | None = to.FORMAT,
     columns: str | None = to.COLUMNS,
@@ -129,14 +123,19 @@ def replay(
     """
     if merged_chunks not in MERGED_MODES:
         raise SpecError(f"--merged-chunks: unknown mode {merged_chunks!r}; use spread or first")
-    engine_name = engine.strip().lower()
-    if url is not None:
-        if engine_name not in ("sim", "external"):
-            raise SpecError(f"--url: measures a running server; drop --engine {engine}")
-        engine_name = "external"
+    engine_name, why = eo.resolve_auto_engine(engine, url, engine_cmd)
+    if engine_name not in engine_names():
+        raise SpecError(
+            f"--engine: unknown engine {engine!r}; known: auto, {', '.join(engine_names())}"
+        )
+    if engine.strip().lower() == "auto" and url is None:
+        console_err.print(why, highlight=False)
+    if engine_name == "external":
         for option, value in (("--budget", budget), ("--port", port), ("--model", model)):
             if value is not None:
                 raise SpecError(f"{option}: not with --url (the server is already configured)")
+    elif engine_name != "sim" and not model:
+        raise SpecError(f"--model: the {engine_name} engine needs a model (a folder or an id)")
     budget_tokens: int | None = None  # None with chunked: the engine's default budget
     chunked = True
     if budget is not None:
@@ -156,22 +155,19 @@ def replay(
         raise SpecError(f"--warmup: {warmup} leaves none of {len(traffic.schedule)} requests")
     out_dir = output or Path("reports") / _dt.datetime.now().strftime("replay-%Y%m%d-%H%M%S")
     label = "default" if budget is None else str(budget_tokens or "none")
-    model_len = parse_tokens(max_model_len, option="--max-model-len") if max_model_len else None
-    extra: list[str] = []
-    for item in engine_arg:
-        extra += shlex.split(item)
-    spec = LaunchSpec(
+    base = eo.launch_spec_from_options(
+        engine=engine_name, model=model, gpu=gpu, max_num_seqs=max_num_seqs,
+        max_model_len=max_model_len, engine_cmd=engine_cmd, env=env, engine_arg=engine_arg,
+        dtype=dtype, tensor_parallel_size=tensor_parallel_size,
+        gpu_memory_utilization=gpu_memory_utilization, prefix_caching=prefix_caching,
+        health_timeout=health_timeout, url=url,
+    )  # fmt: skip
+    spec = dataclasses.replace(
+        base,
         budget_tokens=budget_tokens,
         chunked_prefill=chunked,
-        max_num_seqs=max_num_seqs,
-        model=model,
-        gpu=gpu,
-        max_model_len=model_len,
         port=port,
-        extra_args=tuple(extra),
-        log_path=out_dir / f"engine-{label}.log",
-        health_timeout_s=parse_duration_s(health_timeout, option="--health-timeout"),
-        url=url,
+        log_path=None if engine_name == "external" else out_dir / f"engine-{label}.log",
     )
     run = RunOptions(
         merged_chunks=merged_chunks,
@@ -190,8 +186,11 @@ def replay(
         command=("budgettune", *sys.argv[1:]),
         config=dict(
             engine=engine_name, url=url, budget=budget_tokens, chunked_prefill=chunked,
-            max_num_seqs=max_num_seqs,
-            model=model, gpu=gpu, engine_args=extra, trace=str(trace) if trace else None,
+            max_num_seqs=max_num_seqs, model=model, gpu=gpu, engine_cmd=engine_cmd,
+            env=list(env), engine_args=list(spec.extra_args), dtype=dtype,
+            tensor_parallel_size=tensor_parallel_size,
+            gpu_memory_utilization=gpu_memory_utilization, prefix_caching=prefix_caching,
+            health_timeout_s=spec.health_timeout_s, trace=str(trace) if trace else None,
             format=format, arrivals=arrivals, rate=rate, burstiness=burstiness,
             time_scale=time_scale, window=window, requests=requests, duration=duration,
             max_model_len=max_model_len, on_long=on_long, seed=seed, prompt_dist=prompt_dist,

@@ -138,7 +138,8 @@ class SimCore:
                 ideal_end = None
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout=0.001)
+                    async with asyncio.timeout(0.001):
+                        await self._wake.wait()
                 continue
             for rid, _, offset in plan.chunks:
                 request = self._live.get(rid)

@@ -5,6 +5,8 @@ anything, so a burst of chunks from many streams gets the times they reached the
 the times our single thread got around to each of them. :func:`async_client` builds an
 ``httpx.AsyncClient`` on it (plain http only; https keeps httpx's own backend), and
 ``response.extensions["network_stream"].last_arrival_ns`` gives the stamp of the bytes just read.
+Timeouts use ``asyncio.timeout``, not ``wait_for``, which on Python 3.11 can swallow a
+cancellation (Ctrl-C) that races with arriving data.
 """
 
 from __future__ import annotations
@@ -79,7 +81,8 @@ class TimestampedStream(httpcore.AsyncNetworkStream):
         if not protocol.chunks and not protocol.eof:
             protocol.waiter = asyncio.get_running_loop().create_future()
             try:
-                await asyncio.wait_for(protocol.waiter, timeout)
+                async with asyncio.timeout(timeout):
+                    await protocol.waiter
             except TimeoutError:
                 raise httpcore.ReadTimeout(f"no data for {timeout} s") from None
             finally:
@@ -103,7 +106,8 @@ class TimestampedStream(httpcore.AsyncNetworkStream):
         if protocol.write_paused:
             protocol.drain_waiter = asyncio.get_running_loop().create_future()
             try:
-                await asyncio.wait_for(protocol.drain_waiter, timeout)
+                async with asyncio.timeout(timeout):
+                    await protocol.drain_waiter
             except TimeoutError:
                 raise httpcore.WriteTimeout(f"could not write for {timeout} s") from None
 
@@ -143,9 +147,10 @@ class TimestampedBackend(httpcore.AsyncNetworkBackend):
         loop = asyncio.get_running_loop()
         local = (local_address, 0) if local_address else None
         try:
-            transport, protocol = await asyncio.wait_for(
-                loop.create_connection(_Protocol, host, port, local_addr=local), timeout
-            )
+            async with asyncio.timeout(timeout):
+                transport, protocol = await loop.create_connection(
+                    _Protocol, host, port, local_addr=local
+                )
         except TimeoutError:
             raise httpcore.ConnectTimeout(f"connect to {host}:{port} timed out") from None
         except OSError as exc:
