@@ -10,6 +10,7 @@ import signal
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from budgettune.engine.base import LaunchSpec
 from budgettune.engine.process import free_port, group_members
@@ -167,3 +168,23 @@ def test_stalled_stream_times_out_and_refused_connections_fail(tmp_path: Path) -
     errors = [live.record.error or "" for live in refused.records]
     assert len(errors) == 2 and all(e.startswith("connect error") for e in errors), errors
     assert refused.server_before is None and refused.complete  # nothing to scrape, all tried
+
+
+def test_merged_chunks_are_counted_and_spread(tmp_path: Path) -> None:
+    schedule = _schedule([0.0, 0.05], [40, 40], [10, 10])
+    spec = LaunchSpec(extra_args=("--stream-interval", "4"), log_path=tmp_path / "e.log")
+    for mode in ("spread", "first"):
+        outcome, _ = _replay(schedule, spec, RunOptions(merged_chunks=mode))
+        for live in outcome.records:
+            assert live.record.ok and live.chunk_tokens.tolist() == [1, 4, 4, 1]
+            assert live.record.merged_chunks == 2
+            times = live.record.token_times_s
+            within_chunk_gaps = np.diff(times)[1:4]  # tokens 2..5 came in one chunk
+            if mode == "first":
+                assert np.all(within_chunk_gaps == 0)
+            else:  # the chunk's gap divided evenly over its 4 tokens
+                assert np.allclose(within_chunk_gaps, within_chunk_gaps[0]) and times[1] > times[0]
+                assert within_chunk_gaps[0] == pytest.approx((times[4] - times[0]) / 4)
+        check = outcome.selfcheck()
+        assert (check["merged_chunks"], check["chunks"]) == (4, 8)
+        assert check["merged_chunks_warning"] and check["merged_chunks_mode"] == mode
