@@ -312,8 +312,9 @@ def _print_summary(result: ReplayResult, traffic: str) -> None:
         f"load generator: sent {check['sent']}/{check['scheduled']}, rate "
         f"{achieved if achieved is not None else float('nan'):.2f}/s of "
         f"{target if target is not None else float('nan'):.2f}/s target; send lag p50 "
-        f"{lag['p50']} ms, p99 {lag['p99']} ms, max {lag['max']} ms; merged chunks "
-        f"{check['merged_chunks']} of {check['chunks']} ({check['merged_chunks_mode']})",
+        f"{_ms_cell(lag['p50'])}, p99 {_ms_cell(lag['p99'])}, max {_ms_cell(lag['max'])}; "
+        f"merged chunks {check['merged_chunks']} of {check['chunks']} "
+        f"({check['merged_chunks_mode']})",
         highlight=False,
     )
     server = check.get("server") or {}
