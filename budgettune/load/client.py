@@ -15,14 +15,16 @@ from typing import Any
 
 import httpx
 
-from budgettune.load.transport import arrival_ns
+from budgettune.load.transport import arrival_ns, request_sent_ns
 
 ERROR_TEXT_CHARS = 200
 
 
 @dataclass(slots=True)
 class StreamResult:
-    """Raw outcome of one request. Times are ``time.monotonic_ns()`` values."""
+    """Raw outcome of one request. Times are ``time.monotonic_ns()`` values; ``sent_ns`` is when
+    the request's first bytes were written to its socket (with the stamping transport), else
+    when this coroutine began sending."""
 
     sent_ns: int
     http_status: int | None = None
@@ -150,6 +152,9 @@ async def stream_completion(
     try:
         async with client.stream("POST", url, content=body, headers=headers) as response:
             result.http_status = response.status_code
+            written_ns = request_sent_ns(response)
+            if written_ns is not None:
+                result.sent_ns = written_ns  # the request left when its bytes hit the socket
             if response.status_code != 200:
                 text = await response.aread()
                 result.error = f"http {response.status_code}: {_error_message(text)}"

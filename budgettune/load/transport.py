@@ -75,9 +75,14 @@ class TimestampedStream(httpcore.AsyncNetworkStream):
     def __init__(self, protocol: _Protocol) -> None:
         self._protocol = protocol
         self.last_arrival_ns = time.monotonic_ns()
+        # When the current request's first bytes went to the kernel: on HTTP/1.1 the first
+        # write after any read starts a new request.
+        self.request_sent_ns: int | None = None
+        self._next_write_starts_request = True
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         protocol = self._protocol
+        self._next_write_starts_request = True
         if not protocol.chunks and not protocol.eof:
             protocol.waiter = asyncio.get_running_loop().create_future()
             try:
@@ -102,6 +107,9 @@ class TimestampedStream(httpcore.AsyncNetworkStream):
         protocol = self._protocol
         if protocol.transport is None or protocol.transport.is_closing():
             raise httpcore.WriteError("connection closed")
+        if self._next_write_starts_request:
+            self.request_sent_ns = time.monotonic_ns()
+            self._next_write_starts_request = False
         protocol.transport.write(buffer)
         if protocol.write_paused:
             protocol.drain_waiter = asyncio.get_running_loop().create_future()
@@ -190,6 +198,14 @@ def async_client(
             network_backend=TimestampedBackend(),
         )
     return httpx.AsyncClient(transport=transport, timeout=timeout, limits=limits)
+
+
+def request_sent_ns(response: httpx.Response) -> int | None:
+    """When the request behind ``response`` started going out on its socket (None without a
+    stamped stream): later than the caller's send call by the connection setup, if any."""
+    stream = response.extensions.get("network_stream")
+    stamp = getattr(stream, "request_sent_ns", None)
+    return stamp if isinstance(stamp, int) else None
 
 
 def arrival_ns(response: httpx.Response) -> int:
