@@ -1,16 +1,30 @@
 """`budgettune simulate` through the installed command and CliRunner: JSON shape, tables,
-goodput, and one-line errors for bad input."""
+goodput, traces (a small one written here and the real Azure one), the -o results folder, and
+one-line errors for bad input."""
 
 from __future__ import annotations
 
+import csv
+import datetime as dt
+import hashlib
+import inspect
 import itertools
 import json
 import subprocess
+from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from budgettune.cli import app
+from budgettune.cli.simulate import simulate
+from budgettune.hardware import resolve_gpu, resolve_model
+from budgettune.metrics import percentiles
+from budgettune.pipeline.report import run_report
+from budgettune.sim.stepmodel import StepModel
+
+AZURE = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "azure-llm-2023-conv.csv"
 
 runner = CliRunner()
 SMALL = ["--requests", "300", "--seed", "1"]
@@ -114,6 +128,166 @@ def test_help_states_units_and_defaults() -> None:
         assert needle in text, needle
 
 
+def _json(*args: str) -> dict:
+    result = runner.invoke(app, ["simulate", *args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def _write_trace(path: Path) -> Path:
+    """Four requests one second apart, 100 prompt and 5 output tokens each."""
+    rows = [{"arrival_s": float(i), "prompt_tokens": 100, "output_tokens": 5} for i in range(4)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def test_trace_replayed_at_its_recorded_times(tmp_path: Path) -> None:
+    trace = str(_write_trace(tmp_path / "four.jsonl"))
+    model = StepModel.from_hardware(resolve_model("llama-3.1-8b"), resolve_gpu("h100-sxm"))
+    # One second apart, every request is alone: its prompt is one 100-token iteration (the
+    # first token comes out of it) and then one decode iteration per token.
+    prefill_ms = model.iteration_time_s(chunks=[(100, 0)]) * 1e3
+    decode_ms = model.iteration_time_s(decode_contexts=[102]) * 1e3
+    point = _json("--trace", trace, "--budgets", "512")["points"][0]
+    assert point["rate"] == 1.0  # 3 gaps over 3 s
+    assert point["completed"] == 4 and point["failed"] == 0
+    assert point["ttft_ms"]["p50"] == pytest.approx(prefill_ms, rel=1e-9)
+    assert point["ttft_ms"]["max"] == pytest.approx(prefill_ms, rel=1e-9)
+    assert point["tbt_ms"]["p50"] == pytest.approx(decode_ms, rel=1e-3)
+    assert point["e2e_ms"]["max"] == pytest.approx(prefill_ms + 4 * decode_ms, rel=1e-3)
+    # --rate rescales the recorded gaps, --time-scale divides them; still one at a time.
+    for args, rate in ((["--rate", "2"], 2.0), (["--time-scale", "4"], 4.0)):
+        again = _json("--trace", trace, "--budgets", "512", *args)["points"][0]
+        assert again["rate"] == pytest.approx(rate)
+        assert again["ttft_ms"]["p50"] == pytest.approx(prefill_ms, rel=1e-9)
+    # New Poisson arrivals draw the trace's rows: as many requests as asked, at the asked rate.
+    drawn = _json("--trace", trace, "--arrivals", "poisson", "--rate", "50", "--requests", "40")
+    assert [p["completed"] for p in drawn["points"]] == [40] * 6
+    assert {p["rate"] for p in drawn["points"]} == {50.0}
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--prompt-dist", "fixed:10"], "--prompt-dist/--output-dist: not with --trace"),
+        (["--requests", "9"], "--requests: the recorded trace has only 4 requests"),
+        (["--window", "10:20"], "--window: no requests arrive in [10 s, 20 s)"),
+        (["--rate", "2", "--time-scale", "2"], "--rate and --time-scale: give one of them"),
+        (["--arrivals", "gamma"], "--rate: required with --arrivals gamma"),
+    ],
+)
+def test_bad_trace_options_one_line_exit_2(tmp_path: Path, args: list[str], needle: str) -> None:
+    trace = str(_write_trace(tmp_path / "four.jsonl"))
+    result = runner.invoke(app, ["simulate", "--trace", trace, *args])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error:") and needle in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def _azure_window(start_s: float, end_s: float) -> np.ndarray:
+    """Arrival times (s from the trace's first request) of the Azure trace rows inside
+    [start_s, end_s), read here with csv and datetime alone."""
+    with AZURE.open(newline="") as handle:
+        stamps = [
+            dt.datetime.strptime(row["TIMESTAMP"][:26], "%Y-%m-%d %H:%M:%S.%f")
+            for row in csv.DictReader(handle)
+        ]
+    seconds = np.sort(np.array([(t - stamps[0]).total_seconds() for t in stamps]))
+    return seconds[(seconds >= start_s) & (seconds < end_s)]
+
+
+@pytest.mark.skipif(not AZURE.is_file(), reason="needs ../shared/traces")
+def test_azure_trace_window_and_time_scale(budgettune_cmd: list[str]) -> None:
+    args = ["--trace", str(AZURE), "--window", "10m:12m", "--time-scale", "2"]
+    result = run(budgettune_cmd, *args, "--budgets", "512,none", "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert set(doc) == {"points"}
+    inside = _azure_window(600.0, 720.0)
+    recorded_rate = (len(inside) - 1) / (inside[-1] - inside[0])
+    for point in doc["points"]:
+        assert set(point) == {
+            "budget", "rate", "ttft_ms", "tbt_ms", "tpot_ms", "e2e_ms",
+            "throughput_tokens_per_s", "completed", "failed",
+        }  # fmt: skip
+        assert point["rate"] == pytest.approx(2 * recorded_rate, rel=1e-6)
+        assert point["completed"] + point["failed"] == len(inside)
+        for metric in ("ttft_ms", "tbt_ms", "tpot_ms", "e2e_ms"):
+            assert _ordered(point[metric])
+    chunked, none = doc["points"]
+    assert chunked["tbt_ms"]["max"] < none["tbt_ms"]["max"]  # no whole-prompt iterations
+    table = run(budgettune_cmd, *args, "--budgets", "512")
+    text = " ".join(table.stdout.split())
+    assert "azure-llm-2023-conv.csv (azure), recorded x2" in text and "TBT" in text
+
+
+@pytest.mark.skipif(not AZURE.is_file(), reason="needs ../shared/traces")
+def test_goodput_on_a_trace_meets_the_slo_at_the_rate_it_reports() -> None:
+    trace = ["--trace", str(AZURE), "--window", "10m:11m", "--budgets", "512"]
+    slo = ["--slo-tbt", "30ms", "--slo-ttft", "300ms"]
+    doc = _json(*trace, "--goodput", *slo)
+    rate = doc["goodput"][0]["rate"]
+    assert rate > doc["points"][0]["rate"]  # a 512 budget has room above the recorded rate
+    # The recorded trace rescaled to the goodput meets both SLOs.
+    point = _json(*trace, "--rate", str(rate))["points"][0]
+    assert point["rate"] == pytest.approx(rate)
+    assert point["tbt_ms"]["p99"] <= 30.0 and point["ttft_ms"]["p99"] <= 300.0
+
+
+def test_output_folder_results_and_report(tmp_path: Path) -> None:
+    args = ["simulate", *SMALL, "--budgets", "256,none", "--warmup", "10", "--json"]
+    plain = runner.invoke(app, args)
+    written = runner.invoke(app, [*args, "-o", str(tmp_path / "run")])
+    assert written.exit_code == 0, written.output
+    assert written.stdout == plain.stdout  # -o changes nothing printed
+    doc = json.loads(written.stdout)
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["kind"] == "simulate" and results["schema_version"] == 1
+    config = results["config"]
+    assert set(inspect.signature(simulate).parameters) <= set(config)  # every option's value
+    assert config["budgets"] == "256,none" and config["warmup"] == 10
+    assert config["slo_tbt_s"] == 0.05 and config["requests_simulated"] == 300
+    assert results["hardware"]["gpu"] == "h100-sxm"
+    for printed, stored in zip(doc["points"], results["points"], strict=True):
+        assert {k: stored[k] for k in printed} == printed
+        columns = stored["requests"]
+        assert {len(v) for v in columns.values()} == {300}
+        assert stored["warmup_requests"] == 10
+        assert columns["target_s"] == sorted(columns["target_s"])
+        # The stored TTFTs after warm-up give back the printed percentiles.
+        ttft = percentiles(np.array(columns["ttft_ms"][10:], dtype=np.float64))
+        assert ttft.p99 == pytest.approx(printed["ttft_ms"]["p99"], abs=1e-3)
+        cdf = stored["tbt_cdf_ms"]
+        assert np.all(np.diff(cdf["ms"]) >= 0) and np.all(np.diff(cdf["fraction"]) > 0)
+        assert cdf["fraction"][-1] == 1.0
+        assert cdf["ms"][-1] == pytest.approx(printed["tbt_ms"]["max"], abs=1e-4)
+        assert cdf["samples"] == sum(t - 1 for t in columns["tokens"][10:])
+    # Compact: per request and budget a few dozen bytes, not every token's time.
+    size = (tmp_path / "run" / "results.json").stat().st_size
+    assert size < 120 * 300 * 2
+    page = (tmp_path / "run" / "report.html").read_text()
+    assert "budgettune simulate" in page and 'id="chart-tbt-cdf"' in page
+    assert 'id="chart-ttft-cdf"' in page
+    # The page rebuilds from the results file alone, judged against the run's own SLOs.
+    rebuilt = run_report(tmp_path / "run" / "results.json", output=tmp_path / "again.html")
+    assert rebuilt.kind == "simulate"
+    assert {"chart-tbt-cdf", "chart-ttft-cdf"} <= set(rebuilt.chart_ids)
+    assert "p99 &lt;= 50 ms" in (tmp_path / "again.html").read_text()
+
+
+def test_output_folder_with_a_trace_records_its_checksum(tmp_path: Path) -> None:
+    trace = _write_trace(tmp_path / "four.jsonl")
+    result = runner.invoke(
+        app, ["simulate", "--trace", str(trace), "--budgets", "512", "-o", str(tmp_path / "o")]
+    )
+    assert result.exit_code == 0, result.output
+    assert "results:" in result.stdout and "report.html" in result.stdout
+    config = json.loads((tmp_path / "o" / "results.json").read_text())["config"]
+    assert config["trace"] == str(trace)
+    assert config["trace_sha256"] == hashlib.sha256(trace.read_bytes()).hexdigest()
+    assert "four.jsonl (budgettune), recorded" in config["traffic"]
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
@@ -126,7 +300,11 @@ def test_help_states_units_and_defaults() -> None:
         (["--budgets", "256,abc"], "--budgets: cannot read 'abc'"),
         (["--budgets", "0"], "--budgets: a budget must be positive"),
         (["--requests", "0"], "--requests: must be positive"),
-        (["--arrivals", "weird"], "--arrivals: unknown arrival process 'weird'"),
+        (["--arrivals", "weird"], "--arrivals: unknown mode 'weird'; use poisson or gamma"),
+        (["--arrivals", "recorded"], "--arrivals recorded: needs --trace FILE"),
+        (["--time-scale", "2"], "--time-scale: applies to recorded traces only"),
+        (["--window", "0:10"], "--window: applies to --trace only"),
+        (["--burstiness", "0"], "--burstiness: must be a positive number"),
         (["--max-num-seqs", "0"], "--max-num-seqs: must be positive"),
         (["--block-aligned", "--budgets", "100"], "--budgets: 100 is not a multiple"),
         (["--model", "llama-3.1-70b", "--gpu", "a100-40g"], "--gpu-memory-utilization:"),

@@ -1,17 +1,20 @@
-"""`budgettune simulate`: latency percentiles per token budget from the built-in simulator, and
-optionally each budget's goodput under p99 TBT/TTFT SLOs."""
+"""`budgettune simulate`: latency percentiles per token budget from the built-in simulator, on
+synthetic traffic or a replayed trace, optionally each budget's goodput under p99 TBT/TTFT SLOs,
+and with -o a results.json and an HTML report."""
 
 from __future__ import annotations
 
 import math
+import platform
+import sys
 from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich import box
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from budgettune.cli import _model_options as mo
+from budgettune.cli import _trace_options as to
 from budgettune.cli import app
 from budgettune.cli._common import console, console_err, print_json
 from budgettune.errors import SpecError
@@ -23,27 +26,37 @@ from budgettune.pipeline.simulate import (
     parse_budgets,
     run_simulate,
 )
-from budgettune.search import SLO, RateProbe
+from budgettune.search import SLO
 from budgettune.sim.kvcache import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
     kv_capacity_blocks,
 )
 from budgettune.sim.scheduler import SchedulerConfig
-from budgettune.trace.dists import parse_length_dist
-from budgettune.trace.schedule import Schedule, synthetic_schedule
 from budgettune.units import parse_duration_s
 
-DEFAULT_PROMPT_DIST = "lognormal:mean=1000,sigma=1.0,max=8192"
-DEFAULT_OUTPUT_DIST = "lognormal:mean=250,sigma=1.0,max=4096"
+if TYPE_CHECKING:  # rich's tables and progress load when the command prints them
+    from rich.table import Table
+
+    from budgettune.hardware import GPU
+    from budgettune.search import RateProbe
+    from budgettune.sim.stepmodel import StepModel
+    from budgettune.trace.schedule import Schedule
+
+DEFAULT_RATE_PER_S = 16.0
+DEFAULT_REQUESTS = 2000
+DEFAULT_OUTPUT_DIST = "lognormal:mean=250,sigma=1.0,max=4096"  # simulate's own, since issue 2
 
 
 _HELP = (
-    "Simulate the token-budget scheduler on synthetic traffic and compare budgets.\n\n"
+    "Simulate the token-budget scheduler on synthetic traffic or a trace and compare budgets.\n\n"
     "For each budget: TTFT, TBT (every gap between two tokens), TPOT and E2E percentiles and "
     "output throughput, from the roofline step-time model in virtual time. Failed requests "
     "(too long for the KV cache) count as SLO violations. With --goodput, each budget's "
-    "highest rate meeting the p99 SLOs."
+    f"highest rate meeting the p99 SLOs. Without --trace: {DEFAULT_REQUESTS} requests, Poisson "
+    f"arrivals at {DEFAULT_RATE_PER_S:g} requests/s, lengths from --prompt-dist and "
+    "--output-dist. With --trace FILE: its requests at their recorded times (or --arrivals "
+    "poisson/gamma --rate R)."
 )
 
 
@@ -66,28 +79,47 @@ def simulate(
         help="Comma-separated token budgets per iteration (vLLM --max-num-batched-tokens), "
         "tokens; 'none' = no chunking (whole prompts first, no decodes beside them).",
     ),
-    rate: float = typer.Option(16.0, "--rate", help="Mean arrival rate, requests/s."),
-    requests: int = typer.Option(2000, "--requests", help="Requests to simulate (count)."),
-    prompt_dist: str = typer.Option(
-        DEFAULT_PROMPT_DIST,
-        "--prompt-dist",
-        help="Prompt length distribution, tokens: lognormal:mean=M,sigma=S[,min=A][,max=B] "
-        "(mean of the lengths), fixed:N or uniform:min=A,max=B.",
+    trace: Path | None = to.TRACE,
+    format: str | None = to.FORMAT,
+    columns: str | None = to.COLUMNS,
+    arrivals: str | None = typer.Option(
+        None,
+        "--arrivals",
+        help="Arrival process: poisson (default without --trace) or gamma (see --burstiness); "
+        "with --trace also recorded (its own times, the default when it has them).",
+        rich_help_panel=to.PANEL,
     ),
-    output_dist: str = typer.Option(
-        DEFAULT_OUTPUT_DIST,
+    rate: float | None = typer.Option(
+        None,
+        "--rate",
+        help=f"Mean arrival rate, requests/s (default {DEFAULT_RATE_PER_S:g} without --trace; "
+        "with a recorded trace its own rate, or rescaled to this).",
+        rich_help_panel=to.PANEL,
+    ),
+    burstiness: float = to.BURSTINESS,
+    time_scale: float = to.TIME_SCALE,
+    window: str | None = to.WINDOW,
+    requests: int | None = typer.Option(
+        None,
+        "--requests",
+        help=f"Requests to simulate, count (default {DEFAULT_REQUESTS} without --trace; with "
+        "one, all its requests, or the first N).",
+        rich_help_panel=to.PANEL,
+    ),
+    duration: str | None = to.DURATION,
+    max_model_len: str | None = to.MAX_MODEL_LEN,
+    on_long: str = to.ON_LONG,
+    strict: bool = to.STRICT,
+    seed: int = to.SEED,
+    prompt_dist: str | None = to.PROMPT_DIST,
+    output_dist: str | None = typer.Option(
+        None,
         "--output-dist",
-        help="Output length distribution, tokens (same forms as --prompt-dist).",
+        help="Output length distribution without a trace, tokens: "
+        "lognormal:mean=M,sigma=S[,min=A][,max=B] (mean of the lengths), fixed:N or "
+        f"uniform:min=A,max=B (default {DEFAULT_OUTPUT_DIST}).",
+        rich_help_panel=to.PANEL,
     ),
-    arrivals: str = typer.Option(
-        "poisson", "--arrivals", help="Arrival process: poisson or gamma (see --burstiness)."
-    ),
-    burstiness: float = typer.Option(
-        1.0,
-        "--burstiness",
-        help="Gamma arrivals' shape: 1 = Poisson, below 1 burstier, above 1 more regular.",
-    ),
-    seed: int = typer.Option(0, "--seed", help="Seed of arrivals and lengths (integer)."),
     max_num_seqs: int = typer.Option(
         256, "--max-num-seqs", help="Most running sequences (vLLM --max-num-seqs), count."
     ),
@@ -98,7 +130,9 @@ def simulate(
         "after the weights.",
     ),
     block_size: int = typer.Option(
-        DEFAULT_BLOCK_SIZE, "--block-size", help="KV-cache block size, tokens."
+        DEFAULT_BLOCK_SIZE,
+        "--block-size",
+        help="KV-cache block size, tokens.",
     ),
     block_aligned: bool = typer.Option(
         False,
@@ -118,33 +152,55 @@ def simulate(
         False,
         "--goodput",
         help="Also search each budget's goodput: the highest rate (requests/s, to 2%) whose "
-        "p99 TBT and p99 TTFT meet --slo-tbt and --slo-ttft, starting from --rate.",
+        "p99 TBT and p99 TTFT meet --slo-tbt and --slo-ttft, starting from --rate (a trace: "
+        "rescaled or redrawn at each rate tried).",
     ),
     slo_tbt: str = typer.Option(
-        "50ms", "--slo-tbt", help="p99 time-between-tokens target for --goodput (e.g. 50ms)."
+        "50ms",
+        "--slo-tbt",
+        help="p99 time-between-tokens target for --goodput and the -o report (e.g. 50ms).",
     ),
     slo_ttft: str = typer.Option(
-        "1s", "--slo-ttft", help="p99 time-to-first-token target for --goodput (e.g. 1s)."
+        "1s",
+        "--slo-ttft",
+        help="p99 time-to-first-token target for --goodput and the -o report (e.g. 1s).",
+    ),
+    output: Path | None = typer.Option(
+        None,
+        "--output",
+        "-o",
+        help="Folder to write results.json (every option, every point, per-request TTFT/E2E "
+        "and a TBT sample) and report.html into; nothing is written without it.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document, no tables."),
 ) -> None:
     """`budgettune simulate` (help text in _HELP: typer keeps a docstring's line breaks)."""
+    options = {k: str(v) if isinstance(v, Path) else v for k, v in locals().items()}
     budget_list = parse_budgets(budgets)
-    prompt = parse_length_dist(prompt_dist, option="--prompt-dist")
-    output = parse_length_dist(output_dist, option="--output-dist")
     # Parsed even without --goodput, so a typo never passes silently.
     targets = SLO(
         parse_duration_s(slo_tbt, option="--slo-tbt"),
         parse_duration_s(slo_ttft, option="--slo-ttft"),
     )
     slo = targets if goodput else None
-    for option, value in (("--rate", rate), ("--burstiness", burstiness)):
-        if not (math.isfinite(value) and value > 0):
-            raise SpecError(f"{option}: must be a positive number, got {value!r}")
-    if requests <= 0:
-        raise SpecError(f"--requests: must be positive, got {requests}")
-    if arrivals not in ("poisson", "gamma"):
-        raise SpecError(f"--arrivals: unknown arrival process {arrivals!r}; use poisson or gamma")
+    if trace is None:  # simulate's own synthetic defaults (issue 2), not the shared ones
+        rate = DEFAULT_RATE_PER_S if rate is None else rate
+        output_dist = output_dist or DEFAULT_OUTPUT_DIST
+    traffic = to.traffic_from_options(
+        trace=trace, format=format, columns=columns, arrivals=arrivals, rate=rate,
+        burstiness=burstiness, time_scale=time_scale, window=window, requests=requests,
+        duration=duration, max_model_len=max_model_len, on_long=on_long, strict=strict,
+        seed=seed, prompt_dist=prompt_dist, output_dist=output_dist,
+        default_requests=DEFAULT_REQUESTS,
+        on_warning=lambda text: console_err.print(f"[yellow]warning:[/yellow] {text}"),
+    )  # fmt: skip
+    first = traffic.schedule
+    start_rate = first.rate_per_s if rate is None else rate
+    if not math.isfinite(start_rate):
+        raise SpecError(
+            f"--trace: {len(first)} request(s) with no time span have no arrival rate; "
+            "give --arrivals poisson --rate R"
+        )
     gpu_spec = mo.gpu_from_options(gpu, peak_tflops, bandwidth_tbs, memory_gb)
     step_model = mo.step_model_from_options(
         model=model,
@@ -173,38 +229,26 @@ def simulate(
     )
 
     def schedule_at(rate_per_s: float) -> Schedule:
-        return synthetic_schedule(
-            prompt_dist=prompt,
-            output_dist=output,
-            rate_per_s=rate_per_s,
-            requests=requests,
-            seed=seed,
-            process=arrivals,
-            burstiness=burstiness,
-        )
+        # The first schedule as built (a time-scaled trace, a window) at its own rate; the
+        # goodput search's other rates rescale the trace or redraw the arrivals.
+        return first if rate_per_s == start_rate else traffic.at_rate(rate_per_s)
 
-    if slo is None:
-        report = run_simulate(
+    def run(on_probe: Callable[[Budget, RateProbe], None] | None = None) -> SimulateReport:
+        return run_simulate(
             step_model=step_model,
             scheduler=scheduler,
             budgets=budget_list,
             schedule_at=schedule_at,
-            rate_per_s=rate,
+            rate_per_s=start_rate,
             warmup_requests=warmup,
+            slo=slo,
+            on_probe=on_probe,
+            keep_detail=output is not None,
         )
-    else:
-        report = _with_progress(
-            lambda on_probe: run_simulate(
-                step_model=step_model,
-                scheduler=scheduler,
-                budgets=budget_list,
-                schedule_at=schedule_at,
-                rate_per_s=rate,
-                warmup_requests=warmup,
-                slo=slo,
-                on_probe=on_probe,
-            )
-        )
+
+    report = run() if slo is None else _with_progress(run)
+    if output is not None:
+        _write(report, output, options, traffic, start_rate, targets, step_model, gpu_spec, trace)
     if as_json:
         print_json(report.to_json())
         return
@@ -213,18 +257,81 @@ def simulate(
         f"tokens; KV cache {capacity:,} blocks of {block_size} tokens",
         highlight=False,
     )
-    console.print(
-        f"{requests} requests at {rate:g} req/s ({arrivals}, seed {seed}); "
-        f"prompts {prompt.spec}; outputs {output.spec}",
-        highlight=False,
-    )
+    if traffic.report is None:
+        console.print(
+            f"{len(first)} requests at {start_rate:g} req/s ({arrivals or 'poisson'}, seed "
+            f"{seed}); prompts {_spec(prompt_dist or to.DEFAULT_PROMPT_DIST)}; outputs "
+            f"{_spec(output_dist or DEFAULT_OUTPUT_DIST)}",
+            highlight=False,
+        )
+    else:
+        console.print(
+            f"trace {traffic.report.path}: {traffic.report.summary()}\n"
+            f"{traffic.description}, mean {start_rate:.3g} req/s"
+            + (f", seed {seed}" if arrivals in ("poisson", "gamma") else ""),
+            highlight=False,
+        )
     console.print(_table(report, slo, step_model.ridge_tokens))
+    if output is not None:
+        console.print(f"results: {output / 'results.json'}; report: {output / 'report.html'}")
+
+
+def _spec(text: str) -> str:
+    from budgettune.trace.dists import parse_length_dist
+
+    return parse_length_dist(text).spec
+
+
+def _write(
+    report: SimulateReport,
+    folder: Path,
+    options: dict[str, Any],
+    traffic: to.Traffic,
+    rate_per_s: float,
+    slo: SLO,
+    step_model: StepModel,
+    gpu: GPU,
+    trace: Path | None,
+) -> None:
+    """results.json (kind "simulate") and report.html in ``folder``."""
+    from budgettune.hardware import resolve_model
+    from budgettune.pipeline.simulate import simulate_results, write_simulate_outputs
+
+    shape = resolve_model(options["model"])
+    config = {
+        **options,
+        "traffic": traffic.description,
+        "rate_per_s": rate_per_s,
+        "requests_simulated": len(traffic.schedule),
+        "slo_tbt_s": slo.tbt_s,
+        "slo_ttft_s": slo.ttft_s,
+        "python_version": platform.python_version(),
+    }
+    hardware = {
+        "gpu": gpu.name,
+        "peak_tflops": gpu.peak_flops / 1e12,
+        "bandwidth_tbs": gpu.bandwidth_bytes_per_s / 1e12,
+        "memory_gb": gpu.memory_bytes / 1e9,
+        "model": shape.name,
+        "params": step_model.params,
+        "ridge_tokens": step_model.ridge_tokens,
+    }
+    results = simulate_results(
+        report,
+        config=config,
+        command=("budgettune", *sys.argv[1:]),
+        hardware=hardware,
+        trace=trace,
+    )
+    write_simulate_outputs(results, folder)
 
 
 def _with_progress(
     run: Callable[[Callable[[Budget, RateProbe], None]], SimulateReport],
 ) -> SimulateReport:
     """Run the goodput search under a progress display on stderr."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
     with Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
@@ -247,6 +354,9 @@ def _with_progress(
 
 
 def _table(report: SimulateReport, slo: SLO | None, ridge_tokens: float) -> Table:
+    from rich import box
+    from rich.table import Table
+
     table = Table(
         title="Simulated latency per token budget (ms unless marked)",
         box=box.SIMPLE_HEAD,
