@@ -10,8 +10,6 @@ import typer
 from budgettune.cli import app
 from budgettune.cli._common import console
 from budgettune.errors import SpecError
-from budgettune.pipeline.report import run_report
-from budgettune.report.sources import Slo
 from budgettune.units import parse_duration_s
 
 
@@ -47,6 +45,10 @@ def report(
     ),
 ) -> None:
     """Write one self-contained HTML page (charts embedded, opens offline) from results."""
+    # plotly and the report package load here, not at CLI start-up
+    from budgettune.pipeline.report import run_report
+    from budgettune.report.sources import Slo
+
     if not (math.isfinite(percentile) and 0 < percentile <= 100):
         raise SpecError(f"--percentile: must be in (0, 100], got {percentile:g}")
     slo = Slo(

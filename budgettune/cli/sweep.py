@@ -7,7 +7,7 @@ import asyncio
 import datetime as _dt
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich import box
@@ -29,14 +29,15 @@ from budgettune.cli._common import console, console_err, print_json
 from budgettune.engine.base import EngineHandle, StartProgress
 from budgettune.errors import SpecError
 from budgettune.hardware import resolve_gpu
-from budgettune.load.runner import RunOptions, RunProgress
-from budgettune.pipeline.sweep import SweepConfig, SweepEvents, SweepResult, run_sweep
-from budgettune.profile.schema import load_profile, profile_step_model
 from budgettune.sim.kvcache import kv_capacity_blocks
 from budgettune.sim.scheduler import SchedulerConfig
 from budgettune.sim.stepmodel import StepModel
 from budgettune.sweep.candidates import sglang_default_budget, vllm_default_budget
 from budgettune.units import format_ms, parse_duration_s, parse_int_list
+
+if TYPE_CHECKING:  # the live runner (httpx) and the sweep pipeline load when the command runs
+    from budgettune.load.runner import RunProgress
+    from budgettune.pipeline.sweep import SweepConfig, SweepResult
 
 SLO_PANEL = "SLOs"
 SEARCH_PANEL = "Search"
@@ -147,6 +148,9 @@ def sweep(
     interval search needs. Writes recommendation.json, vllm.yaml and sglang.args.
     Exit code 0 with a recommendation, 3 when no budget meets both SLOs.
     """
+    from budgettune.load.runner import RunOptions
+    from budgettune.pipeline.sweep import SweepConfig
+
     slo_tbt_s = parse_duration_s(slo_tbt, option="--slo-tbt")
     slo_ttft_s = parse_duration_s(slo_ttft, option="--slo-ttft")
     if not 50 <= percentile < 100:
@@ -245,6 +249,8 @@ def sweep(
 
 def _step_model(profile: Path | None, model: str | None, gpu: str | None) -> tuple[StepModel, str]:
     if profile is not None:
+        from budgettune.profile.schema import load_profile, profile_step_model
+
         return profile_step_model(load_profile(profile)), f"calibrated profile {profile}"
     shape_source = model or "llama-3.1-8b"
     card = gpu or "h100-sxm"
@@ -276,6 +282,8 @@ def _load_json(path: Path) -> Any:
 
 
 def _run_with_progress(config: SweepConfig, schedule_at: Any, schedule: Any) -> SweepResult:
+    from budgettune.pipeline.sweep import SweepEvents, run_sweep
+
     with Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),

@@ -16,8 +16,6 @@ import numpy as np
 from budgettune import __version__
 from budgettune.errors import EngineError, SpecError
 from budgettune.hardware import GPU, ModelShape, dtype_bytes, resolve_gpu, resolve_model
-from budgettune.profile.analytic import analytic_profile
-from budgettune.profile.fit import ShapeConstants, fit_ridge, fit_step_model
 from budgettune.profile.plan import (
     DEFAULT_CONTEXTS,
     IterationTimer,
@@ -202,6 +200,8 @@ def _plan(
 
 
 def _analytic(config: ProfileConfig, shape: ModelShape, created: str) -> Profile:
+    from budgettune.profile.analytic import analytic_profile  # scipy: only when profiling
+
     gpu = _preset_gpu(config.gpu_name)
     dtype = "bfloat16" if config.dtype == "auto" else config.dtype
     weight_bytes = dtype_bytes(dtype)
@@ -279,6 +279,9 @@ def _measured(
     progress: ProgressFn | None,
     timer_factory: Callable[[ProfileConfig, ModelShape], IterationTimer],
 ) -> Profile:
+    # scipy (about 2 s to import) only when a profile is measured, not at CLI start-up
+    from budgettune.profile.fit import ShapeConstants, fit_ridge, fit_step_model
+
     timer = timer_factory(config, shape)
     try:
         dtype = str(timer.engine.settings.get("dtype") or config.dtype)

@@ -1,0 +1,103 @@
+"""Benchmark: CLI start-up. Wall time of ``budgettune --version``, ``--help`` and a ``roofline``
+query (fresh process each, median and range), the import time of ``budgettune.cli`` from
+``python -X importtime``, and which heavy packages that import pulls in.
+
+The floor is ``python -c "import typer, rich.console"`` (what any typer CLI pays). Timings on a
+shared machine are noisy: compare medians taken in the same run.
+
+    .venv/bin/python benchmarks/bench_cli_startup.py [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HEAVY = ("scipy", "plotly", "httpx", "torch", "transformers", "numpy", "rich.progress")
+OURS_HEAVY = ("budgettune.report", "budgettune.profile", "budgettune.engine", "budgettune.load")
+
+
+def _command() -> list[str]:
+    """The installed console script beside this interpreter, else ``python -m budgettune``."""
+    script = Path(sys.executable).with_name("budgettune")
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("budgettune")
+    return [found] if found else [sys.executable, "-m", "budgettune"]
+
+
+def wall_s(argv: list[str], repeats: int) -> list[float]:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def import_profile(module: str) -> tuple[float, dict[str, float]]:
+    """(cumulative seconds of ``import module``, {package: seconds}) from one ``-X importtime``
+    run; a package appears when the import loaded it, with its largest single import subtree."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", f"import {module}"],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    total = 0.0
+    loaded: dict[str, float] = {}
+    for line in done.stderr.splitlines():
+        if not line.startswith("import time:") or "cumulative" in line:
+            continue
+        _, _, cumulative, name = (part.strip() for part in line.replace(":", "|", 1).split("|"))
+        seconds = int(cumulative) / 1e6
+        if name == module:
+            total = seconds
+        for heavy in (*HEAVY, *OURS_HEAVY):
+            if name == heavy or name.startswith(heavy + "."):
+                loaded[heavy] = max(loaded.get(heavy, 0.0), seconds)
+    return total, loaded
+
+
+def _line(label: str, times: list[float]) -> str:
+    ms = sorted(t * 1e3 for t in times)
+    return f"{label:<50} median {statistics.median(ms):7.0f} ms   range {ms[0]:.0f}-{ms[-1]:.0f} ms"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    cli = _command()
+    floor = [sys.executable, "-c", "import typer, rich.console"]
+    cases = [
+        ("python -c 'import typer, rich.console' (floor)", floor),
+        ("budgettune --version", [*cli, "--version"]),
+        ("budgettune --help", [*cli, "--help"]),
+        (
+            "budgettune roofline --json (llama-3.1-8b, h100)",
+            [*cli, "roofline", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--json"],
+        ),
+    ]
+    print(f"start-up wall time, {args.repeats} fresh processes each ({' '.join(cli)}):")
+    for label, argv in cases:
+        print(_line(label, wall_s(argv, args.repeats)))
+    totals = []
+    loaded: dict[str, float] = {}
+    for _ in range(args.repeats):
+        total, loaded = import_profile("budgettune.cli")
+        totals.append(total)
+    print(_line("python -X importtime: import budgettune.cli", totals))
+    heavy = ", ".join(f"{name} {s * 1e3:.0f} ms" for name, s in loaded.items()) or "none"
+    print(f"heavy packages loaded by import budgettune.cli (last run, cumulative): {heavy}")
+
+
+if __name__ == "__main__":
+    main()
