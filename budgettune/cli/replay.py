@@ -8,7 +8,7 @@ import dataclasses
 import datetime as _dt
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich import box
@@ -30,10 +30,12 @@ from budgettune.engine.base import EngineHandle, StartProgress
 from budgettune.engine.registry import engine_names
 from budgettune.errors import SpecError
 from budgettune.hardware import resolve_gpu, resolve_model
-from budgettune.load.runner import MERGED_MODES, RunOptions, RunProgress
-from budgettune.pipeline.replay import ReplayConfig, ReplayResult, run_replay
 from budgettune.pipeline.simulate import parse_budgets
 from budgettune.units import format_ms, parse_duration_s
+
+if TYPE_CHECKING:  # the live runner and the replay pipeline load when the command runs
+    from budgettune.load.runner import RunProgress
+    from budgettune.pipeline.replay import ReplayConfig, ReplayResult
 
 LAG_WARN_MS = 5.0
 LAUNCHABLE = [name for name in engine_names() if name != "external"]
@@ -121,6 +123,9 @@ def replay(
     at its scheduled time with exact prompt and output lengths, and writes
     results.json with every request's raw token times.
     """
+    from budgettune.load.runner import MERGED_MODES, RunOptions
+    from budgettune.pipeline.replay import ReplayConfig
+
     if merged_chunks not in MERGED_MODES:
         raise SpecError(f"--merged-chunks: unknown mode {merged_chunks!r}; use spread or first")
     engine_name, why = eo.resolve_auto_engine(engine, url, engine_cmd)
@@ -234,6 +239,8 @@ def _hardware(engine: str, model: str | None, gpu: str | None) -> dict[str, Any]
 
 
 def _run_with_progress(config: ReplayConfig, schedule: Any, total: int) -> ReplayResult:
+    from budgettune.pipeline.replay import run_replay
+
     with Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
@@ -340,9 +347,10 @@ def _finish(result: ReplayResult) -> None:
     check = result.outcome.selfcheck()
     lag_p99 = check["send_lag_ms"]["p99"]
     if lag_p99 is not None and lag_p99 > LAG_WARN_MS:
+        timer_p99 = check["timer_lateness_ms"]["p99"] or 0.0
         console_err.print(
-            f"[yellow]warning:[/yellow] requests went out late (send lag p99 {lag_p99:.1f} ms): "
-            "this machine is busy; client-side latencies include that delay",
+            f"[yellow]warning:[/yellow] requests went out late (send lag p99 {lag_p99:.1f} ms, "
+            f"of which the timer itself woke {timer_p99:.1f} ms late): this machine is busy",
             highlight=False,
         )
     lateness = (result.server.get("loop_lateness") or {}).get("p99_ms")
