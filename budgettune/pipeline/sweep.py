@@ -215,6 +215,9 @@ async def run_sweep(
         served_model=config.served_model,
     )
     files["results"] = save_results(_results(config, document, points), config.run_dir)
+    from budgettune.pipeline.report import run_report  # plotly loads only when a page is written
+
+    files["report"] = run_report(config.run_dir).path
     return SweepResult(candidates, predictions, points, recommendation, launches, wall_s, files)
 
 

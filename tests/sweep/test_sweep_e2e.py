@@ -93,6 +93,8 @@ def test_no_feasible_budget_explains_what_binds(budgettune_cmd: list[str], tmp_p
     doc = recommendation(run_dir)
     assert doc["budget"] is None and doc["choice"]["binding_slo"] == "tbt"
     assert not (run_dir / "vllm.yaml").exists()
+    page = (run_dir / "report.html").read_text()
+    assert "No budget meets both SLOs" in page
     # 512 fails TBT, which rules out 1024 without launching it
     assert {p["budget"] for p in doc["points"]} == {512, 8192}
 
