@@ -26,6 +26,7 @@ from budgettune.report.sources import (
     simulate_input,
 )
 from budgettune.report.sources_profile import model_profile_input, profile_input, profile_report
+from budgettune.report.sources_simulate import simulate_results_input
 from budgettune.report.sources_sweep import (
     POINTS_FILE,
     RECOMMENDATION_FILE,
@@ -151,6 +152,10 @@ def build_input(source: Path, *, slo: Slo = Slo(), report_dir: Path | None = Non
         return profile_page(loaded, profile_file=relative_path(source, report_dir))
     if kind == "results":
         results = Results.from_json(doc, source=str(source))
+        if results.kind == "simulate":  # `simulate -o`: predictions, not measurements
+            return simulate_results_input(
+                results, slo=slo, source=str(source), report_dir=report_dir, results_file=source
+            )
         if results.kind == "sweep":
             report, sweep_doc = sweep_results_input(
                 results, source=source, slo=slo, report_dir=report_dir

@@ -111,3 +111,28 @@ def test_real_replay_rebuilt_from_results(tmp_path: Path, budgettune_cmd: list[s
     assert f"p99 TBT {shown}" in page
     assert '<a href="results.json">' in page
     assert "budgettune replay --engine sim --budget 512" in page
+
+
+def test_simulate_results_rebuilt_as_predictions(tmp_path: Path, budgettune_cmd: list[str]) -> None:
+    run = tmp_path / "sim"
+    done = subprocess.run(
+        [*budgettune_cmd, "simulate", "--requests", "200", "--budgets", "512,2048", "-o", str(run)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    (run / "report.html").unlink()
+    done = subprocess.run(
+        [*budgettune_cmd, "report", str(run), "--slo-tbt", "50ms", "--slo-ttft", "1s"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "report (simulate," in done.stdout
+    page = (run / "report.html").read_text()
+    assert "Every figure on this page is a simulator prediction" in page
+    assert "One measurement" not in page  # not mistaken for a replay
+    for chart_id in ("chart-tbt-vs-budget", "chart-tbt-cdf", "chart-ttft-cdf"):
+        assert f'id="{chart_id}"' in page
