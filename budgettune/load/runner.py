@@ -146,7 +146,9 @@ class RunOutcome:
     merged_chunks_mode: str = "spread"
     server_before: ServerSnapshot | None = None
     server_after: ServerSnapshot | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    # Per sent request (schedule order), how late the sender's timer woke: the machine's share
+    # of the send lag (the rest is ours: task start, connection, httpx, the socket write).
+    wake_late_s: FloatArray = field(default_factory=lambda: np.empty(0))
 
     def __repr__(self) -> str:  # short: see LiveRecord.__repr__
         return (
@@ -159,7 +161,9 @@ class RunOutcome:
         return [live.record for live in self.records if not live.warmup]
 
     def selfcheck(self) -> dict[str, Any]:
-        """The load generator's own accuracy: rates, send lag, merged chunks."""
+        """The load generator's own accuracy: achieved vs target rate; send lag (request on the
+        socket - target) and, within it, the timer's own lateness (the machine's share);
+        merged chunks."""
         sent = np.array([live.record.sent_s for live in self.records])
         targets = np.array([live.record.target_s for live in self.records])
         lag_ms = (sent - targets) * 1e3
@@ -170,19 +174,25 @@ class RunOutcome:
         merged = int(sum(live.record.merged_chunks for live in self.records))
         share = merged / chunks if chunks else 0.0
 
-        def pct(q: float) -> float | None:
-            return round(float(np.percentile(lag_ms, q)), 4) if len(lag_ms) else None
+        def stats(values_ms: FloatArray) -> dict[str, float | None]:
+            if not len(values_ms):
+                return {"p50": None, "p99": None, "max": None}
+            p50, p99 = np.percentile(values_ms, [50, 99])
+            return {
+                "p50": round(float(p50), 4),
+                "p99": round(float(p99), 4),
+                "max": round(float(values_ms.max()), 4),
+            }
+
+        wake_ms = self.wake_late_s[: len(lag_ms)] * 1e3
 
         return {
             "scheduled": self.scheduled,
             "sent": len(self.records),
             "target_rate_per_s": _finite_or_none(self.target_rate_per_s),
             "achieved_rate_per_s": _finite_or_none(achieved),
-            "send_lag_ms": {
-                "p50": pct(50),
-                "p99": pct(99),
-                "max": round(float(lag_ms.max()), 4) if len(lag_ms) else None,
-            },
+            "send_lag_ms": stats(lag_ms),
+            "timer_lateness_ms": stats(wake_ms),
             "chunks": chunks,
             "merged_chunks": merged,
             "merged_chunk_share": round(share, 6),
@@ -306,6 +316,7 @@ async def run_schedule(
     stop_reason: str | None = None
     stopped = asyncio.Event()
     failed = 0
+    wake_late_s = np.full(n, np.nan)
 
     async with async_client(target.base_url, limits=limits, timeout=timeout) as client:
         before = await scrape(client, target.base_url) if options.scrape_metrics else None
@@ -354,7 +365,7 @@ async def run_schedule(
                     int(schedule.output_tokens[index]),
                     stream_usage=options.stream_usage,
                 )
-                await sleep_until(start_s + float(offsets_s[index]))
+                wake_late_s[index] = await sleep_until(start_s + float(offsets_s[index]))
                 if stopped.is_set():
                     return
                 task = asyncio.create_task(
@@ -395,4 +406,5 @@ async def run_schedule(
         merged_chunks_mode=options.merged_chunks,
         server_before=before,
         server_after=after,
+        wake_late_s=wake_late_s[[live.record.request_id for live in records]],
     )

@@ -63,6 +63,10 @@ def test_exact_token_counts_send_times_and_selfcheck(tmp_path: Path) -> None:
         assert record.token_times_s[0] > record.sent_s >= record.target_s - 1e-4  # never early
     check = outcome.selfcheck()
     assert check["sent"] == check["scheduled"] == n and check["merged_chunks"] == 0
+    # The send time is after the timer woke (the lag includes the timer's own lateness).
+    lags = np.array([live.record.sent_s - live.record.target_s for live in outcome.records])
+    assert len(outcome.wake_late_s) == n and np.all(lags >= outcome.wake_late_s - 1e-6)
+    assert check["timer_lateness_ms"]["max"] <= check["send_lag_ms"]["max"]
     assert check["send_lag_ms"]["max"] < 50  # loose: the machine is shared
     # The server's own counters over the run (the readiness request came before it).
     server = server_side(outcome.server_before, outcome.server_after)
