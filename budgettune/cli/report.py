@@ -17,8 +17,8 @@ from budgettune.units import parse_duration_s
 def report(
     source: Path = typer.Argument(
         ...,
-        help="A replay's results.json (or its folder), a profile JSON, or a file holding "
-        "`simulate --json` output.",
+        help="A sweep run folder, a results.json (replay, sweep or simulate -o) or its folder, "
+        "a profile JSON, or a file holding `simulate --json` output.",
         show_default=False,
     ),
     output: Path | None = typer.Option(
