@@ -7,7 +7,7 @@ from budgettune.cli import (
     roofline,  # noqa: F401
     serve,  # noqa: F401
     simulate,  # noqa: F401
+    sweep,  # noqa: F401
     tiny_model,  # noqa: F401
     trace,  # noqa: F401
 )
-from budgettune.cli import sweep  # noqa: F401
