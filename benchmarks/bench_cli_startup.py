@@ -6,6 +6,9 @@ The floor is ``python -c "import typer, rich.console"`` (what any typer CLI pays
 shared machine are noisy: compare medians taken in the same run.
 
     .venv/bin/python benchmarks/bench_cli_startup.py [--repeats 5]
+
+To compare with an older commit: ``git archive COMMIT budgettune | tar -x -C /tmp/old`` and run
+it with ``PYTHONPATH=/tmp/old`` (the console script and ``python -P`` then import that copy).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ def import_profile(module: str) -> tuple[float, dict[str, float]]:
     """(cumulative seconds of ``import module``, {package: seconds}) from one ``-X importtime``
     run; a package appears when the import loaded it, with its largest single import subtree."""
     done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", f"import {module}"],
+        [sys.executable, "-P", "-X", "importtime", "-c", f"import {module}"],
         check=True,
         capture_output=True,
         text=True,
@@ -86,6 +89,13 @@ def main() -> None:
             [*cli, "roofline", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--json"],
         ),
     ]
+    where = subprocess.run(
+        [sys.executable, "-P", "-c", "import budgettune; print(budgettune.__file__)"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    print(f"budgettune package measured: {where} (PYTHONPATH may point at another checkout)")
     print(f"start-up wall time, {args.repeats} fresh processes each ({' '.join(cli)}):")
     for label, argv in cases:
         print(_line(label, wall_s(argv, args.repeats)))
