@@ -138,19 +138,28 @@ def _error_message(body: bytes) -> str:
     return body[:ERROR_TEXT_CHARS].decode("utf-8", errors="replace")
 
 
+HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+
+
+def completion_request(client: httpx.AsyncClient, url: str, body: bytes) -> httpx.Request:
+    """The POST of ``body`` to ``url`` (…/v1/completions), built ahead of its send time so the
+    send itself does as little as possible."""
+    return client.build_request("POST", url, content=body, headers=HEADERS)
+
+
 async def stream_completion(
-    client: httpx.AsyncClient, url: str, body: bytes, expected_tokens: int
+    client: httpx.AsyncClient, request: httpx.Request, expected_tokens: int
 ) -> StreamResult:
-    """POST ``body`` to ``url`` (…/v1/completions) and record every chunk as it arrives.
+    """Send ``request`` (from :func:`completion_request`) and record every chunk as it arrives.
 
     Never raises for a failed request: the reason is in ``error`` ("http 400: …", "connect error",
     "timeout", "stream cut", "short output 3/8"). A cancellation records "cancelled" and returns.
     """
     result = StreamResult(sent_ns=time.monotonic_ns())
     parser = SSEParser(result)
-    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
     try:
-        async with client.stream("POST", url, content=body, headers=headers) as response:
+        response = await client.send(request, stream=True)
+        try:
             result.http_status = response.status_code
             written_ns = request_sent_ns(response)
             if written_ns is not None:
@@ -161,6 +170,8 @@ async def stream_completion(
                 return result
             async for data in response.aiter_raw():
                 parser.feed(data, arrival_ns(response))
+        finally:
+            await response.aclose()
         parser.finish()
     except asyncio.CancelledError:
         result.error = f"cancelled after {result.tokens} tokens"

@@ -18,7 +18,12 @@ import numpy as np
 import numpy.typing as npt
 
 from budgettune.errors import SpecError
-from budgettune.load.client import StreamResult, completion_body, stream_completion
+from budgettune.load.client import (
+    StreamResult,
+    completion_body,
+    completion_request,
+    stream_completion,
+)
 from budgettune.load.server_metrics import ServerSnapshot, scrape
 from budgettune.load.timing import sleep_until
 from budgettune.load.transport import async_client
@@ -28,6 +33,8 @@ from budgettune.trace.schedule import Schedule
 MERGED_MODES = ("spread", "first")
 MERGED_WARN_SHARE = 0.01
 START_LEAD_S = 0.05  # the first target lies this far after start, so it is not late by setup
+SEND_GRACE_S = 0.001  # loop time a new request gets before the sender builds the next one
+BUILD_ALLOWANCE_S = 0.002  # building a request body (prompt ids, JSON) takes less than this
 PREFIX_SEED_SALT = 1_000_003
 
 IntArray = npt.NDArray[np.int64]
@@ -359,21 +366,31 @@ async def run_schedule(
 
         async def send_all() -> None:
             for index in range(n):
-                body = completion_body(
-                    target.model,
-                    prompt_ids(schedule, index, options),
-                    int(schedule.output_tokens[index]),
-                    stream_usage=options.stream_usage,
+                request = completion_request(
+                    client,
+                    url,
+                    completion_body(
+                        target.model,
+                        prompt_ids(schedule, index, options),
+                        int(schedule.output_tokens[index]),
+                        stream_usage=options.stream_usage,
+                    ),
                 )
                 wake_late_s[index] = await sleep_until(start_s + float(offsets_s[index]))
                 if stopped.is_set():
                     return
                 task = asyncio.create_task(
-                    stream_completion(client, url, body, int(schedule.output_tokens[index]))
+                    stream_completion(client, request, int(schedule.output_tokens[index]))
                 )
                 in_flight[index] = task
                 task.add_done_callback(functools.partial(on_done, index))
                 report()
+                # Building the next request takes a fraction of a millisecond: first give this
+                # one the loop for a moment (httpx needs a few loop turns to reach its socket),
+                # unless the next one is due sooner.
+                if index + 1 < n:
+                    due_s = start_s + float(offsets_s[index + 1]) - BUILD_ALLOWANCE_S
+                    await sleep_until(min(time.monotonic() + SEND_GRACE_S, due_s))
 
         sender = asyncio.create_task(send_all())
         interrupted = False
