@@ -3,6 +3,7 @@ model, and print what they imply for the budget."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from budgettune.cli import _engine_options as eo
 from budgettune.cli import app
 from budgettune.cli._common import console, console_err, print_json
 from budgettune.pipeline.profile import (
@@ -88,26 +90,35 @@ def profile(
     compute_efficiency: float = typer.Option(
         DEFAULT_COMPUTE_EFFICIENCY,
         "--compute-efficiency",
-        help="analytic: achievable share of peak FLOP/s (default 0.6).",
+        help="analytic and sim: achievable share of peak FLOP/s (default 0.6).",
     ),
     bandwidth_efficiency: float = typer.Option(
         DEFAULT_BANDWIDTH_EFFICIENCY,
         "--bandwidth-efficiency",
-        help="analytic: achievable share of peak bandwidth (default 0.8).",
+        help="analytic and sim: achievable share of peak bandwidth (default 0.8).",
     ),
     overhead_ms: float = typer.Option(
-        0.5, "--overhead-ms", help="analytic: per-iteration overhead t0, ms (default 0.5)."
+        0.5, "--overhead-ms", help="analytic and sim: per-iteration overhead t0, ms (default 0.5)."
     ),
     mode: str = typer.Option(
-        "overlapped", "--mode", help="analytic: overlapped or serialized step-time variant."
+        "overlapped", "--mode", help="analytic and sim: overlapped or serialized step-time variant."
     ),
     tensor_parallel: int = typer.Option(
-        1, "--tensor-parallel", help="analytic: GPUs pooling FLOP/s and bandwidth (default 1)."
+        1,
+        "--tensor-parallel",
+        help="GPUs the model is split over (analytic: pool FLOP/s and bandwidth; default 1).",
     ),
+    engine_arg: list[str] = eo.ENGINE_ARG,
+    engine_cmd: str | None = eo.ENGINE_CMD,
+    env: list[str] = eo.ENGINE_ENV,
+    health_timeout: str | None = eo.HEALTH_TIMEOUT,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document, no tables."),
 ) -> None:
     """Measure iteration time against tokens (prefill, decode, mixed), find the ridge P*,
-    calibrate the step-time model and save it as a profile for `simulate --profile`."""
+    calibrate the step-time model and save it as a profile for `simulate --profile`.
+
+    Measured by vllm, sglang, sim (through their API) or torch (the model); analytic: presets.
+    """
     config = ProfileConfig(
         model=model,
         engine=engine.strip().lower(),
@@ -129,6 +140,12 @@ def profile(
         overhead_s=overhead_ms / 1e3,
         mode=mode,
         tensor_parallel=tensor_parallel,
+        engine_args=tuple(arg for item in engine_arg for arg in shlex.split(item)),
+        engine_cmd=tuple(shlex.split(engine_cmd)) if engine_cmd else None,
+        engine_env=eo.parse_env(env),
+        health_timeout_s=parse_duration_s(health_timeout, option="--health-timeout")
+        if health_timeout
+        else None,
     )
     validate(config)  # bad input fails here, before anything starts
     with Progress(

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from budgettune import __version__
+from budgettune.engine.base import LaunchSpec
 from budgettune.errors import EngineError, SpecError
 from budgettune.hardware import GPU, ModelShape, dtype_bytes, resolve_gpu, resolve_model
 from budgettune.profile.plan import (
@@ -26,6 +27,7 @@ from budgettune.profile.plan import (
 )
 from budgettune.profile.schema import (
     MEASURED_LABEL,
+    Hardware,
     ModelInfo,
     Probe,
     Profile,
@@ -42,6 +44,10 @@ from budgettune.sim.stepmodel import (
 from budgettune.sweep.candidates import iteration_with_batch_s, round_up
 
 ENGINES = ("vllm", "sglang", "sim", "torch", "analytic")
+LAUNCH_HEADROOM_TOKENS = 1024  # max-model-len beyond the largest probe: decoders' outputs
+SIM_DEFAULT_GPU = "h100-sxm"
+SIM_HEALTH_TIMEOUT_S = 120.0
+REAL_HEALTH_TIMEOUT_S = 1200.0
 TBT_TARGETS_S = (0.025, 0.05, 0.1)
 BUDGET_ALIGN = 256
 MAX_BUDGET_TOKENS = 65536
@@ -69,14 +75,18 @@ class ProfileConfig:
     typical_context: int = 1024
     bootstrap: int = 200
     refine_knee: bool = True
-    # analytic only
+    # analytic, and the sim engine's configuration
     compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY
     bandwidth_efficiency: float = DEFAULT_BANDWIDTH_EFFICIENCY
     overhead_s: float = DEFAULT_OVERHEAD_S
     mode: str = "overlapped"
     tensor_parallel: int = 1
-    # engine path (vllm, sglang, sim): passed through to the engine
-    engine_options: dict[str, object] = field(default_factory=dict)
+    # engine path (vllm, sglang, sim)
+    engine_args: tuple[str, ...] = ()
+    engine_cmd: tuple[str, ...] | None = None
+    engine_env: dict[str, str] = field(default_factory=dict)
+    health_timeout_s: float | None = None  # None: 20 minutes for vllm/sglang, 2 for sim
+    log_path: Path | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -266,9 +276,67 @@ def build_timer(config: ProfileConfig, shape: ModelShape) -> IterationTimer:
             gpu_name=config.gpu_name,
             threads=config.threads,
         )
-    raise SpecError(
-        f"--engine {config.engine}: measuring through the engine's API is not available yet; "
-        "use --engine torch or --engine analytic"
+    return _engine_timer(config, shape)
+
+
+def engine_launch_spec(config: ProfileConfig, shape: ModelShape) -> LaunchSpec:
+    """One engine for the whole profile: a budget that holds the largest probe in one iteration
+    (prompt plus decodes), room for every probe's sequences, prefix caching off."""
+    limit = shape.max_position_embeddings
+    longest = max(config.max_tokens, *config.contexts) + LAUNCH_HEADROOM_TOKENS
+    sim = config.engine == "sim"
+    extra = list(config.engine_args)
+    if sim:
+        # The sim engine is configured with the same figures an analytic profile uses.
+        extra = [
+            "--compute-efficiency", str(config.compute_efficiency),
+            "--bandwidth-efficiency", str(config.bandwidth_efficiency),
+            "--overhead-ms", str(config.overhead_s * 1e3),
+            "--mode", config.mode,
+            *extra,
+        ]  # fmt: skip
+        if config.dtype != "auto":
+            extra += ["--dtype", config.dtype]
+    health = config.health_timeout_s or (SIM_HEALTH_TIMEOUT_S if sim else REAL_HEALTH_TIMEOUT_S)
+    return LaunchSpec(
+        budget_tokens=round_up(config.max_tokens + config.max_batch, BUDGET_ALIGN),
+        max_num_seqs=config.max_batch + 1,  # the decoders and one injected prompt
+        model=config.model,
+        gpu=_sim_gpu(config.gpu_name) if sim else None,
+        max_model_len=None if sim else (min(limit, longest) if limit else longest),
+        extra_args=tuple(extra),
+        env=dict(config.engine_env),
+        engine_cmd=config.engine_cmd,
+        log_path=config.log_path,
+        health_timeout_s=health,
+        dtype=None if sim or config.dtype == "auto" else config.dtype,
+        tensor_parallel_size=config.tensor_parallel if config.tensor_parallel > 1 else None,
+        prefix_caching=False,
+    )
+
+
+def _sim_gpu(name: str) -> str:
+    """The GPU the sim engine simulates: a preset name, or h100-sxm for "auto"."""
+    return SIM_DEFAULT_GPU if name.strip().lower() == "auto" else resolve_gpu(name).name
+
+
+def _engine_timer(config: ProfileConfig, shape: ModelShape) -> IterationTimer:
+    from budgettune.profile.measure import EngineTimer
+    from budgettune.profile.schema import detect_hardware
+
+    spec = engine_launch_spec(config, shape)
+    if config.engine == "sim":
+        gpu = spec.gpu or SIM_DEFAULT_GPU
+        hardware = Hardware("sim", f"simulated {gpu}", preset=gpu)
+    else:
+        hardware = detect_hardware(config.gpu_name)
+    return EngineTimer(
+        config.engine,
+        spec,
+        vocab=shape.vocab,
+        hardware=hardware,
+        seed=config.seed,
+        request_timeout_s=config.probe_timeout_s or 600.0,
     )
 
 
@@ -280,7 +348,8 @@ def _measured(
     timer_factory: Callable[[ProfileConfig, ModelShape], IterationTimer],
 ) -> Profile:
     # scipy (about 2 s to import) only when a profile is measured, not at CLI start-up
-    from budgettune.profile.fit import ShapeConstants, fit_ridge, fit_step_model
+    from budgettune.profile.fit import ShapeConstants, fit_step_model
+    from budgettune.profile.ridge import fit_ridge
 
     timer = timer_factory(config, shape)
     try:

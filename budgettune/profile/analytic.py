@@ -13,8 +13,9 @@ import math
 import numpy as np
 
 from budgettune.hardware import GPU, GPU_PRESETS, ModelShape
-from budgettune.profile.fit import ShapeConstants, fit_ridge, predict_s, probe_work, series_errors
+from budgettune.profile.fit import ShapeConstants, predict_s, probe_work, series_errors
 from budgettune.profile.plan import ProfilePlan
+from budgettune.profile.ridge import fit_ridge
 from budgettune.profile.schema import (
     ANALYTIC_LABEL,
     EngineInfo,

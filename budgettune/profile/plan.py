@@ -14,10 +14,11 @@ from typing import Protocol
 from budgettune.errors import BudgettuneError, EngineError
 from budgettune.profile.schema import EngineInfo, Hardware, Probe
 
-# Prefill sizes: every 32 below 512 where ridges of common model/GPU pairs lie, then multiples
-# of 128 growing roughly geometrically. Tile probes sit one token above round sizes.
+# Prefill sizes: every 32 (48 too) below 512, where ridges of common model/GPU pairs lie (A100
+# and 8B: ~115 tokens), then multiples of 128 growing roughly geometrically. Tile probes sit one
+# token above round sizes.
 PREFILL_GRID = (
-    64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536,
+    32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536,
     1792, 2048, 2560, 3072, 3584, 4096, 5120, 6144, 7168, 8192, 10240, 12288, 16384, 24576, 32768,
 )  # fmt: skip
 TILE_PROBES = (257, 513)
@@ -111,7 +112,10 @@ class IterationTimer(Protocol):
 
     def warm_up(self, spec: ProbeSpec) -> None: ...
 
-    def time_probe(self, spec: ProbeSpec, repeats: int) -> tuple[float, ...]: ...
+    def time_probe(self, spec: ProbeSpec, repeats: int) -> Probe:
+        """The measured probe: ``spec``'s shape (a path may report the context it actually
+        reached, e.g. decodes whose context grew while measured) and its timings, seconds."""
+        ...
 
 
 ProgressFn = Callable[[str, int, int], None]  # (series, probes done, probes planned)
@@ -161,18 +165,8 @@ def run_probes(
                     progress(spec.series, done, planned)
                 timer.warm_up(spec)
             probe_started = clock()
-            times = timer.time_probe(spec, plan.repeats)
+            run.probes.append(timer.time_probe(spec, plan.repeats))
             took_s = clock() - probe_started
-            run.probes.append(
-                Probe(
-                    spec.series,
-                    spec.prompt_tokens,
-                    spec.batch,
-                    spec.context_tokens,
-                    times,
-                    spec.tag,
-                )
-            )
             done += 1
             if probe_timeout_s is not None and took_s > probe_timeout_s:
                 raise ProbeTimeout(

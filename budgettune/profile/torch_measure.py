@@ -17,7 +17,7 @@ from typing import Any
 from budgettune.errors import SpecError, UserError
 from budgettune.hardware import ModelShape
 from budgettune.profile.plan import ProbeSpec
-from budgettune.profile.schema import EngineInfo, Hardware, cpu_model, detect_hardware
+from budgettune.profile.schema import EngineInfo, Hardware, Probe, cpu_model, detect_hardware
 
 ATTENTION_NAME = "budgettune_varlen"
 _TORCH_DTYPES = {"float32": "float32", "fp32": "float32", "float16": "float16", "fp16": "float16",
@@ -253,7 +253,7 @@ class TorchTimer:
         """A few untimed passes at the series' first shape (kernels, allocator, caches)."""
         self.time_probe(spec, WARMUP_PASSES)
 
-    def time_probe(self, spec: ProbeSpec, repeats: int) -> tuple[float, ...]:
+    def time_probe(self, spec: ProbeSpec, repeats: int) -> Probe:
         """``repeats`` timed forward passes of one iteration shape, seconds each."""
         torch = self._torch
         ids, positions, keep = self._prepare(spec)
@@ -275,7 +275,9 @@ class TorchTimer:
                         times.append(time.perf_counter() - began)
         finally:
             self.layout.context = {}
-        return tuple(times)
+        return Probe(
+            spec.series, spec.prompt_tokens, spec.batch, spec.context_tokens, tuple(times), spec.tag
+        )
 
     def close(self) -> None:
         """Free the model (and GPU memory) now rather than at garbage collection."""

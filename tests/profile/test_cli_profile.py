@@ -159,6 +159,6 @@ def test_probe_timeout_midway_saves_the_partial_profile(
     partial = load_profile(out)
     assert not partial.complete and partial.error and "--probe-timeout" in partial.error
     sizes = [p.prompt_tokens for p in partial.probes]
-    assert sizes[0] == 64 and max(sizes) <= 4096
+    assert sizes[0] == 32 and max(sizes) <= 4096
     assert f"({len(partial.probes)} probes)" in line
     assert out.with_suffix(".csv").is_file()

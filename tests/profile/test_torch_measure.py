@@ -93,10 +93,15 @@ def test_timer_times_every_series_shape(tiny_config: Path) -> None:
         ProbeSpec("mixed", 64, 4, 128),
     ):
         timer.warm_up(spec)
-        times = timer.time_probe(spec, 3)
-        assert len(times) == 3 and all(0 < t < 5 for t in times)
-    small = min(timer.time_probe(ProbeSpec("prefill", 64), 3))
-    large = min(timer.time_probe(ProbeSpec("prefill", 2048), 3))
+        probe = timer.time_probe(spec, 3)
+        assert (probe.series, probe.prompt_tokens, probe.batch) == (
+            spec.series,
+            spec.prompt_tokens,
+            spec.batch,
+        )
+        assert len(probe.times_s) == 3 and all(0 < t < 5 for t in probe.times_s)
+    small = min(timer.time_probe(ProbeSpec("prefill", 64), 3).times_s)
+    large = min(timer.time_probe(ProbeSpec("prefill", 2048), 3).times_s)
     assert large > 4 * small  # 32x the tokens: far more than noise
 
 
