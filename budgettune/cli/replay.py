@@ -203,6 +203,7 @@ def replay(
             max_error_rate=max_error_rate, request_timeout=request_timeout,
         ),
         hardware=hardware,
+        rate_per_s=rate,
     )  # fmt: skip
     result = _run_with_progress(config, traffic.schedule, len(traffic.schedule))
     if as_json:

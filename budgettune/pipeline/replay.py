@@ -39,6 +39,7 @@ class ReplayConfig:
     command: tuple[str, ...] = ()
     config: dict[str, Any] = field(default_factory=dict)
     hardware: dict[str, Any] | None = None
+    rate_per_s: float | None = None  # the nominal rate asked for (None: the schedule's own)
 
 
 @dataclass(slots=True)
@@ -52,6 +53,7 @@ class ReplayResult:
     failure_reasons: dict[str, int]
     results_file: Path | None = None
     engine_crashed: str | None = None
+    rate_per_s: float | None = None
 
     @property
     def complete(self) -> bool:
@@ -61,7 +63,7 @@ class ReplayResult:
         """One point in ``simulate``'s shape plus the load generator's self-check."""
         return {
             "budget": self.engine.get("budget_tokens"),
-            "rate": _finite(self.outcome.target_rate_per_s),
+            "rate": self.rate_per_s or _finite(self.outcome.target_rate_per_s),
             **self.summary.to_json(),
             "failure_reasons": self.failure_reasons,
             "selfcheck": {**self.outcome.selfcheck(), "server": self.server},
@@ -145,6 +147,7 @@ async def run_replay(
         server=server_side(outcome.server_before, outcome.server_after),
         failure_reasons=failure_reasons(outcome),
         engine_crashed=crashed,
+        rate_per_s=config.rate_per_s,
     )
     if config.output_dir is not None:
         result.results_file = save_results(_results(config, result), config.output_dir)

@@ -51,7 +51,7 @@ def test_replay_launches_sim_prints_json_and_writes_results(
     doc = json.loads(done.stdout)
     for key in ("ttft_ms", "tbt_ms", "tpot_ms", "e2e_ms"):
         assert set(doc[key]) == {"p50", "p90", "p99", "p999", "max"}
-    assert (doc["completed"], doc["failed"], doc["budget"]) == (8, 0, 512)
+    assert (doc["completed"], doc["failed"], doc["budget"], doc["rate"]) == (8, 0, 512, 20)
     assert doc["selfcheck"]["sent"] == 8 and doc["selfcheck"]["server"]["itl"]["count"] == 40
     results = load_results(out)
     assert results.kind == "replay" and results.complete
