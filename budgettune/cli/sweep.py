@@ -115,6 +115,12 @@ def sweep(
         False, "--goodput", help="Also find each verified budget's highest rate (requests/s) "
         "meeting both SLOs, one engine launch per budget.", rich_help_panel=SEARCH_PANEL,
     ),
+    baseline: str = typer.Option(
+        "auto", "--baseline", help="The budget you run today, measured as the reference line: "
+        "auto (the engine's default: vLLM 8192 on GPUs of at least 70 GiB other than A100, else "
+        "2048; SGLang by GPU memory), a number of tokens, or none to skip it.",
+        rich_help_panel=SEARCH_PANEL,
+    ),
     exhaustive: bool = typer.Option(
         False, "--exhaustive", help="Verify every candidate in full, without the search or "
         "early stop (the grid other tools run; for comparison).", rich_help_panel=SEARCH_PANEL,
@@ -189,11 +195,7 @@ def sweep(
         gpu_memory_utilization=gpu_memory_utilization, prefix_caching=prefix_caching,
         health_timeout=health_timeout, url=url,
     )  # fmt: skip
-    default_budget = {
-        "vllm": vllm_default_budget(gpu_card),
-        "sim": vllm_default_budget(gpu_card),
-        "sglang": sglang_default_budget(gpu_card),
-    }.get(engine_name)
+    default_budget = _baseline(baseline, engine_name, gpu_card)
     run_dir = (
         resume or output or Path("reports") / _dt.datetime.now().strftime("sweep-%Y%m%d-%H%M%S")
     )
@@ -205,6 +207,7 @@ def sweep(
         "env": env, "dtype": dtype, "prefix_caching": prefix_caching, "trace": str(trace)
         if trace else None, "rate": rate, "synthetic": synthetic, "requests": len(schedule),
         "warmup": warmup, "seed": seed, "goodput": goodput, "exhaustive": exhaustive,
+        "baseline": default_budget,
     }  # fmt: skip
     config = SweepConfig(
         slo_tbt_s=slo_tbt_s,
@@ -226,7 +229,8 @@ def sweep(
         run_dir=run_dir,
         budgets=tuple(parse_int_list(budgets, option="--budgets")) if budgets else None,
         align_tokens=align,
-        default_budget=default_budget if engine_name != "external" else None,
+        default_budget=default_budget,
+        baseline_label="Your engine default" if baseline == "auto" else "Your current budget",
         goodput=goodput,
         exhaustive=exhaustive,
         resume=resume is not None,
@@ -245,6 +249,26 @@ def sweep(
         _print_result(result, config)
     if result.recommendation.budget_tokens is None:
         raise typer.Exit(NO_FEASIBLE_BUDGET_EXIT)
+
+
+def _baseline(text: str, engine: str, gpu_card: Any) -> int | None:
+    """The reference budget: the engine's default for ``auto``, a number, or None."""
+    choice = text.strip().lower()
+    if choice == "none":
+        return None
+    if choice == "auto":
+        if engine == "external":
+            return None  # a running server's budget is whatever it was started with
+        if engine == "sglang":
+            return sglang_default_budget(gpu_card)
+        return vllm_default_budget(gpu_card)
+    try:
+        value = int(choice)
+    except ValueError:
+        raise SpecError(f"--baseline: use auto, none or a number of tokens, got {text!r}") from None
+    if value <= 0:
+        raise SpecError(f"--baseline: must be positive, got {value}")
+    return value
 
 
 def _step_model(profile: Path | None, model: str | None, gpu: str | None) -> tuple[StepModel, str]:

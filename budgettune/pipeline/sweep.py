@@ -57,7 +57,8 @@ class SweepConfig:
     run_dir: Path
     budgets: tuple[int, ...] | None = None  # None: derive candidates from the model
     align_tokens: int = 256
-    default_budget: int | None = None  # the engine's own default, the "what you run today" line
+    default_budget: int | None = None  # the "what you run today" line (engine default or given)
+    baseline_label: str = "Your engine default"
     goodput: bool = False
     exhaustive: bool = False  # verify every candidate in full (the grid peers run), no search
     resume: bool = False
@@ -202,6 +203,7 @@ async def run_sweep(
         rate_per_s=config.rate_per_s,
         default_budget=config.default_budget,
         candidates=candidates,
+        baseline_label=config.baseline_label,
     )
     wall_s = time.perf_counter() - started
     document = _recommendation_document(

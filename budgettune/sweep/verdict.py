@@ -50,6 +50,7 @@ def recommend(
     rate_per_s: float,
     default_budget: int | None,
     candidates: Candidates,
+    baseline_label: str = "Your engine default",
 ) -> Recommendation:
     """Pick the largest measured budget that met both SLOs and explain the choice."""
     p = f"p{percentile:g}"
@@ -75,7 +76,9 @@ def recommend(
             reasons.insert(0, f"{above[0]['budget']} {_breaks(above[0], p)}.")
         elif best["budget"] == max(candidates.budgets, default=best["budget"]):
             reasons.insert(0, "It is the largest candidate; larger budgets were not tried.")
-        reasons.extend(_default_reason(measured, default_budget, best["budget"], slo_tbt_s, p))
+        reasons.extend(
+            _default_reason(measured, default_budget, best["budget"], slo_tbt_s, p, baseline_label)
+        )
         return Recommendation(best["budget"], headline, tuple(reasons), None)
     tbt_fail = [pt for pt in measured if not pt["tbt_ok"]]
     ttft_fail = [pt for pt in measured if not pt["ttft_ok"]]
@@ -130,19 +133,20 @@ def _default_reason(
     chosen: int,
     slo_tbt_s: float,
     p: str,
+    label: str,
 ) -> list[str]:
     if default_budget is None or default_budget == chosen:
-        return [] if default_budget is None else ["That is your engine's default."]
+        return [] if default_budget is None else [f"{label} is that budget."]
     found = [pt for pt in measured if pt["budget"] == default_budget]
     if not found:
         return []
     point = found[0]
     if point["ok"]:
-        return [f"Your engine default ({default_budget}) also meets both SLOs."]
+        return [f"{label} ({default_budget}) also meets both SLOs."]
     detail = _breaks(point, p)
     if not point["tbt_ok"] and point["tbt_ms"]:
         detail += f", {point['tbt_ms'] / (slo_tbt_s * 1e3):.1f}x the TBT SLO"
-    return [f"Your engine default ({default_budget}) {detail}."]
+    return [f"{label} ({default_budget}) {detail}."]
 
 
 def write_outputs(
