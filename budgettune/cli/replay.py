@@ -188,6 +188,7 @@ def replay(
         run=run,
         traffic=traffic.description,
         output_dir=out_dir,
+        write_report=True,
         command=("budgettune", *sys.argv[1:]),
         config=dict(
             engine=engine_name, url=url, budget=budget_tokens, chunked_prefill=chunked,
@@ -341,6 +342,8 @@ def _print_summary(result: ReplayResult, traffic: str) -> None:
         console.print("server /metrics (bucket estimates): " + "; ".join(parts), highlight=False)
     if result.results_file is not None:
         console.print(f"results: {result.results_file}", highlight=False)
+    if result.report_file is not None:
+        console.print(f"report: {result.report_file}", highlight=False)
 
 
 def _finish(result: ReplayResult) -> None:

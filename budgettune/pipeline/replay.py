@@ -39,6 +39,7 @@ class ReplayConfig:
     command: tuple[str, ...] = ()
     config: dict[str, Any] = field(default_factory=dict)
     hardware: dict[str, Any] | None = None
+    write_report: bool = False  # report.html beside results.json (a sweep writes one for all)
     rate_per_s: float | None = None  # the nominal rate asked for (None: the schedule's own)
 
 
@@ -52,6 +53,7 @@ class ReplayResult:
     server: dict[str, Any]
     failure_reasons: dict[str, int]
     results_file: Path | None = None
+    report_file: Path | None = None
     engine_crashed: str | None = None
     rate_per_s: float | None = None
 
@@ -151,6 +153,10 @@ async def run_replay(
     )
     if config.output_dir is not None:
         result.results_file = save_results(_results(config, result), config.output_dir)
+        if config.write_report:
+            from budgettune.pipeline.report import run_report  # plotly only when writing a page
+
+            result.report_file = run_report(result.results_file).path
     return result
 
 

@@ -62,6 +62,9 @@ def test_replay_launches_sim_prints_json_and_writes_results(
     assert all(len(r["token_times_s"]) == 6 for r in point["records"])
     assert not group_members(results.engine["pid"])
     assert (out / "engine-512.log").read_text().startswith("budgettune")
+    page = (out / "report.html").read_text()  # rendered from results.json alone
+    assert "Plotly.newPlot" in page or "Plotly.react" in page
+    assert "engine-512.log" in page  # links to the raw files
 
 
 def test_serve_in_foreground_measured_with_url_then_ctrl_c(
