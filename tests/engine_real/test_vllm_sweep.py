@@ -1,0 +1,120 @@
+"""`budgettune sweep` against the real vLLM CPU build, through the installed command: it writes a
+vllm.yaml that `vllm serve --config` then accepts (the server starts and answers /health)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+from vllm_env import API_SERVER, MARK_VAR, build_model, pids_marked, vllm_python_or_skip
+
+from budgettune.engine.process import free_port, group_members
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+
+def write_trace(path: Path) -> None:
+    """Two decoders with long outputs, then a long prompt while they decode; three times."""
+    rows = []
+    for episode in range(3):
+        start = episode * 2.0
+        rows += [
+            {"arrival_s": start, "prompt_tokens": 64, "output_tokens": 200},
+            {"arrival_s": start + 0.02, "prompt_tokens": 64, "output_tokens": 200},
+            {"arrival_s": start + 0.3, "prompt_tokens": 1500, "output_tokens": 4},
+        ]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def test_sweep_on_vllm_writes_a_config_vllm_serves(
+    budgettune_cmd: list[str], tmp_path: Path
+) -> None:
+    python = vllm_python_or_skip()
+    model = build_model(python, tmp_path / "model")
+    trace = tmp_path / "trace.jsonl"
+    write_trace(trace)
+    run_dir = tmp_path / "run"
+    mark = f"sweep-{uuid.uuid4().hex[:8]}"
+    env_args = [
+        "--env", "VLLM_CPU_KVCACHE_SPACE=1", "--env", "HF_HUB_OFFLINE=1",
+        "--env", f"VLLM_CACHE_ROOT={tmp_path / 'cache'}", "--env", f"{MARK_VAR}={mark}",
+    ]  # fmt: skip
+    started = time.monotonic()
+    result = subprocess.run(
+        [
+            *budgettune_cmd, "sweep", "--engine", "vllm",
+            "--engine-cmd", f"{python} -m {API_SERVER}", "--model", str(model),
+            "--dtype", "float32", *env_args, "--max-num-seqs", "16",
+            "--budgets", "256,1024", "--baseline", "none", "--trace", str(trace),
+            # SLOs a CPU meets at both budgets: this test is about the config, not the verdict
+            "--slo-tbt", "2s", "--slo-ttft", "30s", "--health-timeout", "5m", "-o", str(run_dir),
+        ],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    sweep_s = time.monotonic() - started
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "engine vllm (as asked)" in result.stderr
+    doc = json.loads((run_dir / "recommendation.json").read_text())
+    assert doc["budget"] == 1024
+    point = doc["points"][-1]
+    assert point["engine"]["name"] == "vllm" and point["engine"]["version"]
+    assert point["measured"]["failed"] == 0
+    assert point["measured"]["completed"] == 9
+    assert not pids_marked(mark), "a vLLM process outlived the sweep"
+    yaml_text = (run_dir / "vllm.yaml").read_text()
+    assert "max-num-batched-tokens: 1024" in yaml_text
+    assert f'model: "{model}"' in yaml_text
+
+    # The written config is what the user runs: vLLM must accept it and come up healthy.
+    port = free_port()
+    log = tmp_path / "serve-config.log"
+    env = {
+        **os.environ,
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_CACHE_ROOT": str(tmp_path / "cache"),
+        MARK_VAR: mark,
+    }
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [str(python), "-m", API_SERVER, "--config", str(run_dir / "vllm.yaml"),
+             "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32"],
+            stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        healthy = False
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                healthy = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200
+            except httpx.TransportError:
+                healthy = False
+            if healthy:
+                break
+            time.sleep(0.5)
+        assert healthy, log.read_text()[-3000:]
+        served = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).json()
+        assert served["data"][0]["id"] == str(model)
+        # vLLM logs the settings it took from the file
+        text = log.read_text()
+        assert "Chunked prefill is enabled with max_num_batched_tokens=1024" in text
+        assert "'max_num_seqs': 16" in text
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+    assert not group_members(proc.pid)
+    assert not pids_marked(mark)
+    print(f"sweep on vLLM CPU: {sweep_s:.0f} s; p99 TBT {point['tbt_ms']:.1f} ms, "
+          f"p99 TTFT {point['ttft_ms']:.0f} ms at budget 1024")  # fmt: skip
