@@ -187,3 +187,48 @@ def test_resume_refuses_a_different_question(budgettune_cmd: list[str], tmp_path
     assert result.returncode == 2
     assert "--resume:" in result.stderr and "slo_tbt_s" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def marked_pids(mark: str) -> list[int]:
+    """Live processes whose environment holds BUDGETTUNE_TEST_MARK=mark (found by PID)."""
+    needle = f"BUDGETTUNE_TEST_MARK={mark}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                environ = (entry / "environ").read_bytes()
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if needle in environ.split(b"\0") and state != "Z":
+                found.append(int(entry.name))
+    return found
+
+
+def test_ctrl_c_stops_the_sweep_and_its_engine(budgettune_cmd: list[str], tmp_path: Path) -> None:
+    run_dir = tmp_path / "interrupted"
+    mark = f"ctrl-c-{os.getpid()}-{time.monotonic_ns()}"
+    proc = subprocess.Popen(
+        [*budgettune_cmd, "sweep", *WORKLOAD, "--slo-tbt", "44ms", "--budgets",
+         "1024,2048,3072", "--exhaustive", "--env", f"BUDGETTUNE_TEST_MARK={mark}",
+         "-o", str(run_dir)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (run_dir / "engine-2048.log").exists():  # the second budget is starting
+            assert proc.poll() is None, "the sweep ended before it could be interrupted"
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        time.sleep(2.0)
+        assert marked_pids(mark), "the engine for 2048 is running"
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, stderr[-2000:]
+    assert "Traceback" not in stderr
+    # the finished budget stays; the interrupted one is not recorded, so --resume reruns it
+    assert [p["budget"] for p in points(run_dir)] == [1024]
+    assert not marked_pids(mark), "Ctrl-C left an engine running"
