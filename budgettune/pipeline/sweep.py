@@ -335,6 +335,10 @@ def _quantile_or_zero(values: Any, q: float) -> float:
     return quantile(values, q) if len(values) else 0.0
 
 
+def _ms_or_none(value_s: float) -> float | None:
+    return value_s * 1e3 if value_s == value_s and value_s != float("inf") else None
+
+
 def _prediction_json(prediction: Prediction | None) -> dict[str, Any] | None:
     if prediction is None:
         return None
@@ -388,7 +392,14 @@ async def _goodput(
         point["goodput_rate"] = result.rate_per_s
         point["goodput_capped"] = result.capped
         point["goodput_probes"] = [
-            {"rate": probe.rate_per_s, "met": probe.met} for probe in result.probes
+            {
+                "rate": probe.rate_per_s,
+                "met": probe.met,
+                "tbt_p99_ms": _ms_or_none(probe.summary.tbt_s.p99),
+                "ttft_p99_ms": _ms_or_none(probe.summary.ttft_s.p99),
+                "failed": probe.summary.failed,
+            }
+            for probe in result.probes
         ]
 
 

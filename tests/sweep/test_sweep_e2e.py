@@ -232,3 +232,28 @@ def test_ctrl_c_stops_the_sweep_and_its_engine(budgettune_cmd: list[str], tmp_pa
     # the finished budget stays; the interrupted one is not recorded, so --resume reruns it
     assert [p["budget"] for p in points(run_dir)] == [1024]
     assert not marked_pids(mark), "Ctrl-C left an engine running"
+
+
+def test_goodput_finds_each_verified_budgets_highest_rate(
+    budgettune_cmd: list[str], tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "goodput"
+    result = subprocess.run(
+        [*budgettune_cmd, "sweep", "--engine", "sim", "--prompt-dist", "fixed:1000",
+         "--output-dist", "fixed:32", "--rate", "8", "--requests", "40", "--seed", "1",
+         "--slo-tbt", "44ms", "--slo-ttft", "300ms", "--budgets", "1024", "--baseline", "none",
+         "--goodput", "-o", str(run_dir)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    (point,) = recommendation(run_dir)["points"]
+    assert point["budget"] == 1024 and point["ok"]
+    probes = point["goodput_probes"]
+    rate = point["goodput_rate"]
+    # the search met the SLOs at the rate it reports and failed just above it (2% precision)
+    assert any(p["met"] and p["rate"] == rate for p in probes)
+    above = [p["rate"] for p in probes if not p["met"] and p["rate"] > rate]
+    assert above and min(above) <= rate * 1.05
+    # every probe is a real replay on the one launched engine, with its figures kept
+    assert all(p["ttft_p99_ms"] is not None for p in probes)
+    assert all(p["met"] == (p["ttft_p99_ms"] <= 300 and p["tbt_p99_ms"] <= 44) for p in probes)
