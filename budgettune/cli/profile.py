@@ -261,7 +261,13 @@ def _print_tables(outcome: ProfileOutcome) -> None:
             share = "-" if not ref else f"{value / ref:.2f}"
             fit.add_row(name, text, ref_text, share)
         if step.request_overhead_s is not None:
-            fit.add_row("request overhead (TTFT)", format_ms(step.request_overhead_s), "-", "-")
+            per_token_us = (step.request_overhead_s_per_token or 0.0) * 1e6
+            fit.add_row(
+                "request overhead (TTFT)",
+                f"{format_ms(step.request_overhead_s)} + {per_token_us:.3g} µs/token",
+                "-",
+                "-",
+            )
         console.print(fit)
         errors = Table(title="Fit error (|model - measured| / measured)", title_justify="left")
         for column in ("series", "probes", "median", "max", "held-out median", "held-out max"):

@@ -76,6 +76,7 @@ class Work:
     decode_kv_bytes: FloatArray
     time_s: FloatArray
     rel_sigma: FloatArray
+    prompt_tokens: FloatArray
 
     def subset(self, mask: npt.NDArray[np.bool_]) -> Work:
         return Work(
@@ -85,6 +86,7 @@ class Work:
             self.decode_kv_bytes[mask],
             self.time_s[mask],
             self.rel_sigma[mask],
+            self.prompt_tokens[mask],
         )
 
 
@@ -95,13 +97,15 @@ def relative_sigma(times_s: Sequence[float]) -> float:
         return DEFAULT_REL_SIGMA
     values = np.asarray(times_s, dtype=np.float64)
     median = float(np.median(values))
+    if median <= 0:
+        return DEFAULT_REL_SIGMA
     mad = 1.4826 * float(np.median(np.abs(values - median)))
     return max(mad / median / math.sqrt(len(values)), MIN_REL_SIGMA)
 
 
 def probe_work(probes: Sequence[Probe], shape: ShapeConstants) -> Work:
     """The work of each probe's iteration: one prompt chunk at offset 0 and b decodes at L."""
-    used = [p for p in probes if p.tag != "tile" and p.times_s]
+    used = [p for p in probes if p.tag != "tile" and p.times_s and p.median_s > 0]
     prompt = np.array([p.prompt_tokens for p in used], dtype=np.float64)
     batch = np.array([p.batch for p in used], dtype=np.float64)
     context = np.array([p.context_tokens for p in used], dtype=np.float64)
@@ -113,6 +117,7 @@ def probe_work(probes: Sequence[Probe], shape: ShapeConstants) -> Work:
         decode_kv_bytes=shape.kv_bytes_per_token * batch * context,
         time_s=np.array([p.median_s for p in used], dtype=np.float64),
         rel_sigma=np.array([relative_sigma(p.times_s) for p in used], dtype=np.float64),
+        prompt_tokens=prompt,
     )
 
 
@@ -140,8 +145,18 @@ class _Solution:
     bytes_per_s: float
     overhead_s: float
     request_overhead_s: float
+    request_overhead_s_per_token: float
     cost: float  # the robust objective over the relative residuals
     rms: float  # root mean square relative residual
+
+    def extra_s(self, work: Work, mask: npt.NDArray[np.bool_]) -> FloatArray:
+        """The request overhead of the probes in ``mask`` (zero elsewhere)."""
+        per_token = self.request_overhead_s_per_token * work.prompt_tokens
+        return (self.request_overhead_s + per_token) * mask
+
+    def predict(self, work: Work, mask: npt.NDArray[np.bool_]) -> FloatArray:
+        step = predict_s(work, self.flops_per_s, self.bytes_per_s, self.overhead_s, self.mode)
+        return step + self.extra_s(work, mask)
 
 
 def _solve(work: Work, mode: str, offset_mask: npt.NDArray[np.bool_]) -> _Solution:
@@ -157,29 +172,35 @@ def _solve(work: Work, mode: str, offset_mask: npt.NDArray[np.bool_]) -> _Soluti
     has_offset = bool(offset_mask.any())
     y_min = float(np.min(y[~offset_mask])) if (~offset_mask).any() else float(np.min(y))
 
+    # The request overhead of TTFT-timed probes: a fixed part plus a part per prompt token (the
+    # server parses, checks and hands over the prompt's token ids before scheduling it).
+    per_token_high = float(np.max(y)) / max(float(np.max(work.prompt_tokens)), 1.0)
+
     def residuals(theta: FloatArray) -> FloatArray:
         pred = predict_s(work, math.exp(theta[0]), math.exp(theta[1]), theta[2], mode)
         if has_offset:
-            pred = pred + theta[3] * offset_mask
+            pred = pred + (theta[3] + theta[4] * work.prompt_tokens) * offset_mask
         return (pred - y) / y / sigma
 
     low = [math.log(f_low * 0.5), math.log(b_low * 0.5), 0.0]
     high = [math.log(f_low * 1e6), math.log(b_low * 1e6), y_min]
     if has_offset:
-        low.append(0.0)
-        high.append(float(np.max(y)))
+        low += [0.0, 0.0]
+        high += [float(np.max(y)), per_token_high]
     best: _Solution | None = None
     for f_scale in (1.0, 3.0):
         for b_scale in (1.0, 3.0):
             for t0_share in (0.05, 0.5):
                 start = [math.log(f_low * f_scale), math.log(b_low * b_scale), y_min * t0_share]
                 if has_offset:
-                    start.append(float(np.min(y[offset_mask])) * 0.1)
+                    start += [float(np.min(y[offset_mask])) * 0.1, 0.0]
                 result = optimize.least_squares(
                     residuals,
                     np.clip(start, np.add(low, 1e-12), np.subtract(high, 1e-12)),
                     bounds=(low, high),
-                    x_scale=np.array([1.0, 1.0, y_min, *([y_min] if has_offset else [])]),
+                    x_scale=np.array(
+                        [1.0, 1.0, y_min, *([y_min, per_token_high * 1e-3] if has_offset else [])]
+                    ),
                     method="trf",
                     loss="soft_l1",
                     f_scale=ROBUST_SCALE,
@@ -193,6 +214,7 @@ def _solve(work: Work, mode: str, offset_mask: npt.NDArray[np.bool_]) -> _Soluti
                         math.exp(theta[1]),
                         float(theta[2]),
                         float(theta[3]) if has_offset else 0.0,
+                        float(theta[4]) if has_offset else 0.0,
                         cost,
                         float(np.sqrt(np.mean((result.fun * sigma) ** 2))),
                     )
@@ -202,8 +224,7 @@ def _solve(work: Work, mode: str, offset_mask: npt.NDArray[np.bool_]) -> _Soluti
 
 def _with_series_noise(work: Work, sol: _Solution, offset_mask: npt.NDArray[np.bool_]) -> Work:
     """Each probe's uncertainty raised to its series' robust residual scale under ``sol``."""
-    pred = predict_s(work, sol.flops_per_s, sol.bytes_per_s, sol.overhead_s, sol.mode)
-    rel = np.abs(pred + sol.request_overhead_s * offset_mask - work.time_s) / work.time_s
+    rel = np.abs(sol.predict(work, offset_mask) - work.time_s) / work.time_s
     names = np.array(work.series, dtype=object)
     sigma = work.rel_sigma.copy()
     for name in dict.fromkeys(work.series):
@@ -246,8 +267,9 @@ def fit_step_model(
 ) -> StepFit:
     """Fit t0, F, B and the overlap variant to all three series at once.
 
-    request_overhead_series: series whose times include a fixed extra (TTFT through HTTP); they
-    get one extra fitted offset. Raises ValueError with fewer than 4 usable probes.
+    request_overhead_series: series whose times include a request overhead (TTFT through HTTP);
+    it is fitted apart, a fixed part plus a part per prompt token. Raises ValueError with fewer
+    than 4 usable probes.
     """
     work = probe_work(probes, shape)
     if len(work.time_s) < 4:
@@ -275,9 +297,7 @@ def fit_step_model(
             f"{best_mode} fits better (RMS relative error {rms[best_mode]:.1%} vs {rms[other]:.1%})"
         )
     sol = solutions[best_mode]
-    predicted = predict_s(work, sol.flops_per_s, sol.bytes_per_s, sol.overhead_s, best_mode)
-    predicted = predicted + sol.request_overhead_s * offset_mask
-    errors = series_errors(work, predicted)
+    errors = series_errors(work, sol.predict(work, offset_mask))
 
     holdout: dict[str, SeriesError] = {}
     held = holdout_mask(work, holdout_every)
@@ -285,8 +305,7 @@ def fit_step_model(
         train = work.subset(~held)
         test = work.subset(held)
         hsol = _solve(train, best_mode, offset_mask[~held])
-        hpred = predict_s(test, hsol.flops_per_s, hsol.bytes_per_s, hsol.overhead_s, best_mode)
-        holdout = series_errors(test, hpred + hsol.request_overhead_s * offset_mask[held])
+        holdout = series_errors(test, hsol.predict(test, offset_mask[held]))
 
     return StepFit(
         flops_per_s=sol.flops_per_s,
@@ -295,6 +314,10 @@ def fit_step_model(
         mode=best_mode,
         mode_reason=mode_reason,
         request_overhead_s=sol.request_overhead_s if offset_mask.any() else None,
+        request_overhead_s_per_token=sol.request_overhead_s_per_token
+        if offset_mask.any()
+        else None,
+        request_overhead_series=tuple(s for s in request_overhead_series if s in work.series),
         errors=errors,
         holdout=holdout,
         notes=_identification_notes(work, sol, best_mode),

@@ -19,7 +19,7 @@ import itertools
 import math
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, TypeVar
 
 import httpx
@@ -37,6 +37,7 @@ T = TypeVar("T")
 SPACING_ITERATIONS = 3  # decode iterations between two injected prompts of the mixed series
 MIN_STEADY_GAPS = 16  # decode iterations with every request decoding, at least
 MIN_RUN_ITERATIONS = 3  # iterations per timed run of the steady window
+ADMISSION_ATTEMPTS = 3  # decoders restarted with longer outputs when not admitted together
 POLL_S = 0.0005
 FIRST_TOKEN_IDS = 100  # random prompt ids start here, clear of special tokens
 
@@ -70,8 +71,10 @@ def steady_iterations(arrivals_ns: list[list[int]], segments: int) -> tuple[np.n
     The window runs from the last stream's first token to the first stream's last token, when
     every stream emits one token per iteration. It is cut into ``segments`` runs of at least 3
     iterations; each run's time per iteration is its span over its length (one token's jitter
-    spreads over the run), the median over the streams. Returns (seconds per iteration of each
-    run, mean number of tokens generated before the iterations measured).
+    spreads over the run), the median over the streams. Tokens that reached us bunched with a
+    neighbour (same arrival stamp: the server or our loop was late) are never a run's end.
+    Returns (seconds per iteration of each run, mean number of tokens generated before the
+    iterations measured).
     """
     start = max(a[0] for a in arrivals_ns)
     end = min(a[-1] for a in arrivals_ns)
@@ -84,16 +87,23 @@ def steady_iterations(arrivals_ns: list[list[int]], segments: int) -> tuple[np.n
         return np.empty(0), math.nan
     runs = max(1, min(segments, (count - 1) // MIN_RUN_ITERATIONS))
     bounds = np.linspace(0, count - 1, runs + 1).round().astype(int)
-    times = np.array(
-        [
-            np.median([(w[k1] - w[k0]) / (k1 - k0) for w in inside]) / 1e9
-            for k0, k1 in itertools.pairwise(bounds)
-        ]
-    )
+    clean = [
+        np.r_[True, w[1:count] != w[: count - 1]] & np.r_[w[: count - 1] != w[1:count], True]
+        for w in inside
+    ]
+    times = []
+    for k0, k1 in itertools.pairwise(bounds):
+        rates = []
+        for w, ok in zip(inside, clean, strict=True):
+            ends = np.flatnonzero(ok[k0 : k1 + 1]) + k0
+            if len(ends) >= 2 and ends[-1] > ends[0]:
+                rates.append((w[ends[-1]] - w[ends[0]]) / (ends[-1] - ends[0]))
+        if rates:
+            times.append(float(np.median(rates)) / 1e9)
     # The iteration ending with token j ran at context prompt + j; the gaps end with tokens
     # offset + 1 .. offset + count - 1.
     index = float(np.mean(offsets)) + count / 2.0
-    return times, index
+    return np.array(times), index
 
 
 class EngineTimer:
@@ -120,6 +130,7 @@ class EngineTimer:
         self._vocab = max(vocab, FIRST_TOKEN_IDS + 2)
         self._rng = np.random.default_rng(seed)
         self._timeout = httpx.Timeout(request_timeout_s, connect=30.0)
+        self._timeout_s = request_timeout_s
         self._loop = _LoopThread()
         self._context = get_engine(engine_name).launch(spec, on_start)
         try:
@@ -207,12 +218,13 @@ class EngineTimer:
             out.extend([stamp] * tokens)
         return out
 
-    def _decode_length(self, batch: int, context: int, extra: int) -> int:
+    def _decode_length(self, batch: int, context: int, extra: int, *, cap: bool = True) -> int:
         """Output tokens for decoders: room for their prompts to be prefilled in chunks while
-        the first ones already decode, then ``extra`` iterations with all of them decoding."""
+        the first ones already decode, then ``extra`` iterations with all of them decoding
+        (capped by the model length unless ``cap`` is false)."""
         spread = math.ceil(batch * context / max(self.budget_tokens - batch, 1)) + 2
         wanted = spread + extra
-        if self.max_model_len is not None:
+        if cap and self.max_model_len is not None:
             wanted = min(wanted, self.max_model_len - context)
         return max(wanted, 2)
 
@@ -227,18 +239,71 @@ class EngineTimer:
             times.append((result.chunk_ns[0] - result.sent_ns) / 1e9)
         return Probe("prefill", spec.prompt_tokens, 0, 0, tuple(times), spec.tag)
 
+    @contextlib.asynccontextmanager
+    async def _decoders(self, spec: ProbeSpec, n: int) -> AsyncIterator[list[StreamResult]]:
+        """``spec.batch`` streams with ``spec.context_tokens``-token prompts asking for up to
+        ``n`` tokens; cut off (the engine aborts them) when the block ends."""
+        opened = [self._open(spec.context_tokens, n) for _ in range(spec.batch)]
+        streams = [result for result, _ in opened]
+        tasks = [task for _, task in opened]
+        try:
+            yield streams
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self._check(spec, [s for s in streams if s.error is not None], 0)
+
+    async def _all_decoding(self, spec: ProbeSpec, streams: list[StreamResult]) -> None:
+        """Until every stream has its first two tokens (its prompt is in, it decodes)."""
+        await self._until(spec, lambda: all(len(r.chunk_ns) >= 2 or r.done for r in streams))
+
+    async def _together(
+        self,
+        spec: ProbeSpec,
+        extra: int,
+        during: Callable[[list[StreamResult]], Coroutine[Any, Any, None]],
+    ) -> tuple[list[StreamResult], int]:
+        """Start the decoders, wait until every one of them decodes, run ``during``, cut them.
+
+        A server that admits the requests one after another (a starved API process) can finish
+        the first before the last starts: then again with outputs four times longer.
+        """
+        for _ in range(ADMISSION_ATTEMPTS):
+            wanted = self._decode_length(spec.batch, spec.context_tokens, extra, cap=False)
+            n = self._decode_length(spec.batch, spec.context_tokens, extra)
+            async with self._decoders(spec, n) as streams:
+                await self._all_decoding(spec, streams)
+                if not any(r.done for r in streams):
+                    await during(streams)
+                    return streams, n
+            if n < wanted:
+                break  # the model length allows no longer outputs
+            extra *= 4
+        raise EngineError(
+            f"probe {describe(spec)}: the engine never ran the {spec.batch} requests side by "
+            f"side (one finished its {n} tokens before another started); lower --max-batch"
+        )
+
     async def _decode(self, spec: ProbeSpec, repeats: int) -> Probe:
         # Steady gaps are cheap (one decode iteration each): take plenty, the median is robust.
         steady = max(4 * repeats, MIN_STEADY_GAPS) + 2
-        n = self._decode_length(spec.batch, spec.context_tokens, steady)
-        opened = [self._open(spec.context_tokens, n) for _ in range(spec.batch)]
-        await asyncio.gather(*(task for _, task in opened))
-        results = [result for result, _ in opened]
-        self._check(spec, results, n)
-        streams = [self._token_times(r) for r in results]
+
+        async def steady_tokens(streams: list[StreamResult]) -> None:
+            marks = [r.tokens for r in streams]
+            await self._until(
+                spec,
+                lambda: all(
+                    r.tokens >= m + steady or r.done for r, m in zip(streams, marks, strict=True)
+                ),
+            )
+
+        # Room for staggered admissions; the streams are cut once enough was seen.
+        streams, n = await self._together(spec, 4 * steady + 32, steady_tokens)
+        arrivals = [self._token_times(r) for r in streams]
         if spec.batch == 1:
-            streams = [streams[0][1:]]  # its first gap follows the prefill: leave it out
-        gaps, index = steady_iterations(streams, repeats)
+            arrivals = [arrivals[0][1:]]  # its first gap follows the prefill: leave it out
+        gaps, index = steady_iterations(arrivals, repeats)
         if spec.batch == 1:
             index += 1.0
         if len(gaps) < 1:
@@ -250,15 +315,9 @@ class EngineTimer:
         return Probe("decode", 0, spec.batch, context, tuple(float(g) for g in gaps), spec.tag)
 
     async def _mixed(self, spec: ProbeSpec, repeats: int) -> Probe:
-        n = self._decode_length(
-            spec.batch, spec.context_tokens, repeats * (SPACING_ITERATIONS + 3) + 12
-        )
-        decoders = [self._open(spec.context_tokens, n) for _ in range(spec.batch)]
-        streams = [result for result, _ in decoders]
-        tasks = [task for _, task in decoders]
-        try:
-            await self._until(lambda: all(len(r.chunk_ns) >= 2 or r.error for r in streams))
-            injected: list[int] = []
+        injected: list[int] = []
+
+        async def inject(streams: list[StreamResult]) -> None:
             lead = streams[0]
             for _ in range(repeats):
                 result, task = self._open(spec.prompt_tokens, 1)
@@ -266,15 +325,9 @@ class EngineTimer:
                 self._check(spec, [result], 1)
                 injected.append(result.chunk_ns[0])
                 target = len(lead.chunk_ns) + SPACING_ITERATIONS
-                while len(lead.chunk_ns) < target and not (lead.done or lead.error):
-                    await asyncio.sleep(POLL_S)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-        for stream in streams:
-            if stream.error and not stream.error.startswith(("CancelledError", "cancelled")):
-                self._check(spec, [stream], n)
+                await self._until(spec, lambda: len(lead.chunk_ns) >= target or lead.done)  # noqa: B023
+
+        streams, _ = await self._together(spec, 2 * repeats * (SPACING_ITERATIONS + 3) + 32, inject)
         times, contexts = [], []
         for stamp in injected:
             gaps, ends = [], []
@@ -286,7 +339,7 @@ class EngineTimer:
                 gap = arrivals[i] - arrivals[i - 1]
                 # The decoder's token of the mixed iteration arrives with the prompt's first
                 # token; one further off than half the gap it ends belongs to another iteration.
-                if abs(int(arrivals[i]) - stamp) <= 0.5 * gap:
+                if gap > 0 and abs(int(arrivals[i]) - stamp) <= 0.5 * gap:
                     gaps.append(gap / 1e9)
                     ends.append(i)
             if gaps:
@@ -300,9 +353,15 @@ class EngineTimer:
         context = round(spec.context_tokens + float(np.mean(contexts)))
         return Probe("mixed", spec.prompt_tokens, spec.batch, context, tuple(times), spec.tag)
 
-    @staticmethod
-    async def _until(condition: Callable[[], Any]) -> None:
+    async def _until(self, spec: ProbeSpec, condition: Callable[[], Any]) -> None:
+        """Poll ``condition``; an engine that stops producing within the request timeout fails."""
+        deadline = time.monotonic() + self._timeout_s
         while not condition():
+            if time.monotonic() > deadline:
+                raise EngineError(
+                    f"probe {describe(spec)}: no progress in {self._timeout_s:g} s",
+                    log_tail=self.handle.log_tail(5),
+                )
             await asyncio.sleep(POLL_S)
 
     # -- the IterationTimer protocol ----------------------------------------------------------

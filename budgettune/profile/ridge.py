@@ -96,7 +96,7 @@ def fit_ridge(
     two segments fit within 10% median error and at least 3 sizes lie on each side; otherwise
     ``knee_found`` is False and ``reason`` says why.
     """
-    prefill = [p for p in probes if p.series == "prefill" and p.times_s]
+    prefill = [p for p in probes if p.series == "prefill" and p.times_s and p.median_s > 0]
     main = sorted((p for p in prefill if p.tag != "tile"), key=lambda p: p.prompt_tokens)
     tile_ratios = _tile_ratios(prefill)
     tokens = np.array([p.prompt_tokens for p in main], dtype=np.float64)

@@ -130,8 +130,9 @@ class SeriesError:
 class StepFit:
     """Fitted step-time parameters (achievable F, B, t0, overlap mode) and how well they fit.
 
-    request_overhead_s: a fixed extra time in the prefill series when it was measured as TTFT
-    through an HTTP API (None when prefill iterations were timed directly).
+    request_overhead_s (+ request_overhead_s_per_token x prompt tokens): the extra time of the
+    series in request_overhead_series, measured as TTFT through an HTTP API (None when the
+    iterations were timed directly).
     """
 
     flops_per_s: float
@@ -145,6 +146,15 @@ class StepFit:
     notes: tuple[str, ...] = ()
     preset: dict[str, float] | None = None  # the presets' F, B, t0 for the same hardware
     cost_by_mode: dict[str, float] = field(default_factory=dict)
+    request_overhead_s_per_token: float | None = None
+    request_overhead_series: tuple[str, ...] = ()
+
+    def request_overhead_of(self, probe: Probe) -> float:
+        """The fitted request overhead included in ``probe``'s times, seconds (0 if none)."""
+        if probe.series not in self.request_overhead_series or self.request_overhead_s is None:
+            return 0.0
+        per_token = self.request_overhead_s_per_token or 0.0
+        return self.request_overhead_s + per_token * probe.prompt_tokens
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -266,6 +276,7 @@ def _step_from_json(step: dict[str, Any]) -> StepFit:
             "errors": {k: SeriesError(**v) for k, v in step["errors"].items()},
             "holdout": {k: SeriesError(**v) for k, v in step["holdout"].items()},
             "notes": tuple(step.get("notes", ())),
+            "request_overhead_series": tuple(step.get("request_overhead_series", ())),
         }
     )
 
@@ -319,6 +330,8 @@ def write_curve_csv(profile: Profile, path: Path) -> None:
             if model is not None:
                 chunks = [(probe.prompt_tokens, 0)] if probe.prompt_tokens else []
                 seconds = model.iteration_time_s(chunks, [probe.context_tokens] * probe.batch)
+                assert profile.step is not None
+                seconds += profile.step.request_overhead_of(probe)
                 predicted = f"{seconds * 1e3:.6g}"
             writer.writerow(
                 [
