@@ -5,6 +5,8 @@ imports typer or prints tables.
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from typing import Any
 
@@ -61,8 +63,19 @@ def _root(
 from budgettune.cli import commands  # noqa: E402,F401
 
 
+def _terminate_like_ctrl_c(signum: int, frame: object) -> None:
+    """SIGTERM (systemd, Kubernetes, `kill`) takes the Ctrl-C path: stop sending, stop the
+    engine, write what was measured. asyncio's own SIGINT handler does that when it is installed;
+    otherwise (SIGINT ignored, as in a background job) Python's default one raises
+    KeyboardInterrupt."""
+    if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL, None):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.kill(os.getpid(), signal.SIGINT)
+
+
 def main() -> None:
     """Console entry point (``budgettune``)."""
+    signal.signal(signal.SIGTERM, _terminate_like_ctrl_c)
     try:
         app()
     except BudgettuneError as error:  # raised outside a command (e.g. while parsing)

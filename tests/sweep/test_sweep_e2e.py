@@ -205,7 +205,10 @@ def marked_pids(mark: str) -> list[int]:
     return found
 
 
-def test_ctrl_c_stops_the_sweep_and_its_engine(budgettune_cmd: list[str], tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_stops_the_sweep_and_its_engine(
+    budgettune_cmd: list[str], tmp_path: Path, stop_signal: signal.Signals
+) -> None:
     run_dir = tmp_path / "interrupted"
     mark = f"ctrl-c-{os.getpid()}-{time.monotonic_ns()}"
     proc = subprocess.Popen(
@@ -222,7 +225,7 @@ def test_ctrl_c_stops_the_sweep_and_its_engine(budgettune_cmd: list[str], tmp_pa
             time.sleep(0.2)
         time.sleep(2.0)
         assert marked_pids(mark), "the engine for 2048 is running"
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(stop_signal)
         _, stderr = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
