@@ -262,9 +262,10 @@ def _print_tables(outcome: ProfileOutcome) -> None:
             fit.add_row(name, text, ref_text, share)
         if step.request_overhead_s is not None:
             per_token_us = (step.request_overhead_s_per_token or 0.0) * 1e6
+            per_token = f" + {per_token_us:.2g} µs/token" if per_token_us >= 0.005 else ""
             fit.add_row(
                 "request overhead (TTFT)",
-                f"{format_ms(step.request_overhead_s)} + {per_token_us:.3g} µs/token",
+                f"{format_ms(step.request_overhead_s)}{per_token}",
                 "-",
                 "-",
             )

@@ -156,6 +156,7 @@ def run_probes(
     planned = len(pending) + (len(REFINE_FACTORS) if plan.refine_knee and knee_finder else 0)
     done = 0
     series_seen: set[str] = set()
+    refine = plan.refine_knee and knee_finder is not None
     try:
         while pending:
             spec = pending.pop(0)
@@ -176,7 +177,9 @@ def run_probes(
             ends_prefill = spec.series == "prefill" and (
                 not pending or pending[0].series != "prefill"
             )
-            if ends_prefill and plan.refine_knee and knee_finder is not None:
+            if ends_prefill and refine:
+                refine = False  # once: the sizes it adds are prefill probes too
+                assert knee_finder is not None
                 knee = knee_finder(run.probes)
                 extra: list[int] = []
                 if knee is not None:

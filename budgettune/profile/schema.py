@@ -145,7 +145,7 @@ class StepFit:
     holdout: dict[str, SeriesError]
     notes: tuple[str, ...] = ()
     preset: dict[str, float] | None = None  # the presets' F, B, t0 for the same hardware
-    cost_by_mode: dict[str, float] = field(default_factory=dict)
+    cost_by_mode: dict[str, float] = field(default_factory=dict)  # weighted misfit, lower fits
     request_overhead_s_per_token: float | None = None
     request_overhead_series: tuple[str, ...] = ()
 
