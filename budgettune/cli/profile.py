@@ -242,9 +242,7 @@ def _print_tables(outcome: ProfileOutcome) -> None:
     console.print(table)
     step = p.step
     if step is not None:
-        fit = Table(
-            title=f"Step-time model ({step.mode}: {step.mode_reason})", title_justify="left"
-        )
+        fit = Table(title=f"Step-time model, {step.mode}: {step.mode_reason}", title_justify="left")
         fitted = "fitted" if p.kind == "measured" else "profile"
         for column in ("parameter", fitted, "preset", f"{fitted} / preset"):
             fit.add_column(column)

@@ -47,6 +47,7 @@ ENGINES = ("vllm", "sglang", "sim", "torch", "analytic")
 LAUNCH_HEADROOM_TOKENS = 1024  # max-model-len beyond the largest probe: decoders' outputs
 SIM_DEFAULT_GPU = "h100-sxm"
 SIM_HEALTH_TIMEOUT_S = 120.0
+KV_PLAN_SHARE = 0.6
 REAL_HEALTH_TIMEOUT_S = 1200.0
 TBT_TARGETS_S = (0.025, 0.05, 0.1)
 BUDGET_ALIGN = 256
@@ -330,7 +331,7 @@ def _engine_timer(config: ProfileConfig, shape: ModelShape) -> IterationTimer:
         hardware = Hardware("sim", f"simulated {gpu}", preset=gpu)
     else:
         hardware = detect_hardware(config.gpu_name)
-    return EngineTimer(
+    timer = EngineTimer(
         config.engine,
         spec,
         vocab=shape.vocab,
@@ -338,6 +339,21 @@ def _engine_timer(config: ProfileConfig, shape: ModelShape) -> IterationTimer:
         seed=config.seed,
         request_timeout_s=config.probe_timeout_s or 600.0,
     )
+    if timer.kv_capacity_tokens is None and config.engine == "sim":
+        timer.kv_capacity_tokens = _sim_kv_capacity_tokens(config, shape, spec.gpu)
+    return timer
+
+
+def _sim_kv_capacity_tokens(config: ProfileConfig, shape: ModelShape, gpu: str | None) -> int:
+    """The sim engine's KV cache, from the same presets it computes it from (its defaults:
+    gpu-memory-utilization 0.9, blocks of 16)."""
+    from budgettune.sim.kvcache import DEFAULT_BLOCK_SIZE, kv_capacity_blocks
+
+    dtype = "bfloat16" if config.dtype == "auto" else config.dtype
+    model = StepModel.from_hardware(
+        shape, resolve_gpu(gpu or SIM_DEFAULT_GPU), bytes_per_weight=dtype_bytes(dtype)
+    )
+    return kv_capacity_blocks(model, resolve_gpu(gpu or SIM_DEFAULT_GPU)) * DEFAULT_BLOCK_SIZE
 
 
 def _measured(
@@ -372,8 +388,12 @@ def _measured(
             )
             return ridge.knee_tokens
 
+        # Decoders must all fit the KV cache at once (their outputs too): probes holding more
+        # than KV_PLAN_SHARE of what the engine can hold are left out of the plan.
+        capacity = getattr(timer, "kv_capacity_tokens", None)
+        kv_budget = int(capacity * KV_PLAN_SHARE) if capacity else None
         run = run_probes(
-            _plan(config, shape),
+            _plan(config, shape, kv_token_budget=kv_budget),
             timer,
             progress=progress,
             probe_timeout_s=config.probe_timeout_s,

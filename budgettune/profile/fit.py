@@ -288,15 +288,18 @@ def fit_step_model(
         m: float(np.median(np.abs(solutions[m].predict(work, offset_mask) / work.time_s - 1.0)))
         for m in MODES
     }
-    versus = (
-        f"weighted misfit {cost['overlapped']:.3g} vs {cost['serialized']:.3g}, median error "
-        f"{median['overlapped']:.1%} vs {median['serialized']:.1%} (overlapped vs serialized)"
-    )
     if cost[other] < (1.0 + MODE_MARGIN) * cost[best_mode] + 1e-6:
+        mode_reason = (
+            f"the two variants fit alike (weighted misfit {cost['overlapped']:.3g} overlapped, "
+            f"{cost['serialized']:.3g} serialized); overlapped kept"
+        )
         best_mode = "overlapped"
-        mode_reason = f"the two variants fit alike ({versus}); overlapped kept"
     else:
-        mode_reason = f"{best_mode} fits better ({versus})"
+        mode_reason = (
+            f"{best_mode} fits better: weighted misfit {cost[best_mode]:.3g} vs "
+            f"{cost[other]:.3g} for {other}, median error {median[best_mode]:.1%} vs "
+            f"{median[other]:.1%}"
+        )
     sol = solutions[best_mode]
     errors = series_errors(work, sol.predict(work, offset_mask))
 

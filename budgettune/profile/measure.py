@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import itertools
 import math
+import re
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -106,6 +107,23 @@ def steady_iterations(arrivals_ns: list[list[int]], segments: int) -> tuple[np.n
     return np.array(times), index
 
 
+_CACHE_INFO = re.compile(r"^vllm:cache_config_info\{([^}]*)\}", re.MULTILINE)
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def kv_capacity_from_metrics(text: str) -> int | None:
+    """KV-cache tokens from vLLM's ``vllm:cache_config_info`` gauge (num_gpu_blocks x
+    block_size); None when the engine does not publish it."""
+    match = _CACHE_INFO.search(text)
+    if match is None:
+        return None
+    labels = dict(_LABEL.findall(match.group(1)))
+    try:
+        return int(labels["num_gpu_blocks"]) * int(labels["block_size"])
+    except (KeyError, ValueError):
+        return None
+
+
 class EngineTimer:
     """Launches one engine for the whole profile and times probe shapes through its API (an
     :class:`~budgettune.profile.plan.IterationTimer`). Raises EngineError if it cannot start."""
@@ -140,6 +158,8 @@ class EngineTimer:
             self._loop.close()
             raise
         self._url = self.handle.url.rstrip("/") + "/v1/completions"
+        # KV tokens the engine can hold, when it says (vLLM: cache_config_info in /metrics).
+        self.kv_capacity_tokens: int | None = self._loop.call(self._kv_capacity())
         self.hardware = hardware
         self.engine = EngineInfo(
             name=engine_name,
@@ -155,6 +175,13 @@ class EngineTimer:
                 "timer": "client monotonic clock (TTFT; token gaps)",
             },
         )
+
+    async def _kv_capacity(self) -> int | None:
+        try:
+            response = await self._client.get(self.handle.url.rstrip("/") + "/metrics")
+        except httpx.HTTPError:
+            return None
+        return kv_capacity_from_metrics(response.text) if response.status_code == 200 else None
 
     async def _make_client(self) -> httpx.AsyncClient:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)

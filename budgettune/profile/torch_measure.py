@@ -23,6 +23,7 @@ ATTENTION_NAME = "budgettune_varlen"
 _TORCH_DTYPES = {"float32": "float32", "fp32": "float32", "float16": "float16", "fp16": "float16",
                  "half": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16"}  # fmt: skip
 WARMUP_PASSES = 2
+TORCH_CPU_KV_BYTES = 2 * 2**30
 
 
 def import_torch() -> tuple[Any, Any]:
@@ -205,6 +206,12 @@ class TorchTimer:
             getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         )
         self._cuda = self.device.startswith("cuda")
+        # The decode contexts a probe allocates, K and V of every layer: at most half the free
+        # GPU memory, or TORCH_CPU_KV_BYTES on a CPU.
+        kv_bytes = 2 * len(self._attention_modules) * self.kv_heads * self.head_dim
+        kv_bytes *= torch.finfo(getattr(torch, self.dtype)).bits // 8
+        budget = torch.cuda.mem_get_info()[0] // 2 if self._cuda else TORCH_CPU_KV_BYTES
+        self.kv_capacity_tokens: int | None = int(budget // kv_bytes)
         if self._cuda or gpu_name.strip().lower() != "auto":
             self.hardware = detect_hardware(gpu_name)
         else:

@@ -19,7 +19,7 @@ from budgettune.pipeline.profile import (
     engine_launch_spec,
     run_profile,
 )
-from budgettune.profile.measure import EngineTimer, steady_iterations
+from budgettune.profile.measure import EngineTimer, kv_capacity_from_metrics, steady_iterations
 from budgettune.profile.plan import IterationTimer
 from budgettune.profile.schema import load_profile
 from budgettune.sim.stepmodel import StepModel
@@ -190,3 +190,15 @@ def test_json_profile_names_the_sim_hardware(budgettune_cmd: list[str], tmp_path
     assert doc["profile"] == "profiles/llama-3.1-8b_a100-80g_sim.json"
     assert doc["engine"]["settings"]["budget_tokens"] == 768  # 512 + 4, rounded up to 256
     assert set(doc["step"]["errors"]) == {"prefill", "decode", "mixed"}
+
+
+def test_kv_capacity_from_vllm_metrics() -> None:
+    text = (
+        "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+        "# TYPE vllm:cache_config_info gauge\n"
+        'vllm:cache_config_info{block_size="16",cache_dtype="auto",enable_prefix_caching="False",'
+        'gpu_memory_utilization="0.9",num_cpu_blocks="None",num_gpu_blocks="4096"} 1.0\n'
+    )
+    assert kv_capacity_from_metrics(text) == 4096 * 16
+    assert kv_capacity_from_metrics("vllm:num_requests_running 0\n") is None
+    assert kv_capacity_from_metrics('vllm:cache_config_info{block_size="16"} 1.0\n') is None
