@@ -3,6 +3,8 @@ summarise with the shared metrics, and write results.json. No flag parsing, no t
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,6 +110,15 @@ def _engine_facts(handle: EngineHandle, spec: LaunchSpec) -> dict[str, Any]:
     }
 
 
+async def _settle_exit(handle: EngineHandle, timeout_s: float = 2.0) -> None:
+    """A killed server's sockets close a moment before its exit can be reaped, so the client
+    sees cut streams while the process still looks alive: give a failing run's engine a moment
+    to show its exit, so a crash is reported as one."""
+    deadline = time.monotonic() + timeout_s
+    while handle.alive() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+
+
 async def run_replay(
     config: ReplayConfig,
     schedule: Schedule,
@@ -136,6 +147,8 @@ async def run_replay(
             stop_rule=stop_rule,
         )
         facts = _engine_facts(handle, config.spec)
+        if any(not live.record.ok for live in outcome.records):
+            await _settle_exit(handle)
         if not handle.alive():
             crashed = f"engine exited with status {handle.exit_code()} during the replay"
             facts["crashed"] = crashed

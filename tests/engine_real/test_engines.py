@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import stat
 import sys
 import threading
@@ -19,7 +20,7 @@ from standin import write_standin  # this folder is on sys.path under pytest's i
 from vllm_env import MARK_VAR, pids_marked
 
 from budgettune.engine import served
-from budgettune.engine.base import DEFAULT_HEALTH_TIMEOUT_S, LaunchSpec
+from budgettune.engine.base import DEFAULT_HEALTH_TIMEOUT_S, EngineHandle, LaunchSpec
 from budgettune.engine.process import group_members
 from budgettune.engine.registry import get_engine
 from budgettune.engine.served import (
@@ -35,6 +36,7 @@ from budgettune.engine.sglang import SglangEngine, sglang_command
 from budgettune.engine.vllm import VllmEngine, check_installed, vllm_command
 from budgettune.errors import EngineError, UserError
 from budgettune.load.runner import RunOptions, Target, run_schedule
+from budgettune.pipeline.replay import ReplayConfig, run_replay
 from budgettune.trace.schedule import Schedule
 
 # ---------------------------------------------------------------- command building
@@ -372,3 +374,19 @@ def test_gpu_release_without_nvidia_smi_returns_at_once(monkeypatch: pytest.Monk
     began = time.monotonic()
     asyncio.run(wait_gpu_released({1}, None))
     assert time.monotonic() - began < 0.5
+
+
+def test_standin_killed_mid_replay_is_reported_crashed(tmp_path: Path) -> None:
+    spec = _standin_spec(tmp_path, "sglang")
+    schedule = Schedule(np.array([0.0, 0.01]), np.array([8, 8]), np.array([3000, 3000]))
+    config = ReplayConfig(engine="sglang", spec=spec, run=RunOptions(), traffic="kill test")
+
+    def kill_soon(handle: EngineHandle) -> None:
+        assert handle.pid is not None
+        asyncio.get_running_loop().call_later(0.5, os.kill, handle.pid, signal.SIGKILL)
+
+    result = asyncio.run(run_replay(config, schedule, on_ready=kill_soon))
+    assert result.engine_crashed == "engine exited with status -9 during the replay"
+    assert result.summary.failed == 2 and not result.complete
+    assert all("stream cut" in (live.record.error or "") for live in result.outcome.records)
+    assert pids_marked(tmp_path.name) == []
