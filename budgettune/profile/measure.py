@@ -326,18 +326,23 @@ class EngineTimer:
             )
 
         # Room for staggered admissions; the streams are cut once enough was seen.
-        streams, n = await self._together(spec, 4 * steady + 32, steady_tokens)
-        arrivals = [self._token_times(r) for r in streams]
-        if spec.batch == 1:
-            arrivals = [arrivals[0][1:]]  # its first gap follows the prefill: leave it out
-        gaps, index = steady_iterations(arrivals, repeats)
+        for _ in range(ADMISSION_ATTEMPTS):
+            streams, n = await self._together(spec, 4 * steady + 32, steady_tokens)
+            arrivals = [self._token_times(r) for r in streams]
+            if spec.batch == 1:
+                arrivals = [arrivals[0][1:]]  # its first gap follows the prefill: leave it out
+            gaps, index = steady_iterations(arrivals, repeats)
+            if len(gaps):
+                break
+            # Tokens that reached us in bursts (a starved API server) cannot be timed: again.
+        else:
+            raise EngineError(
+                f"probe {describe(spec)}: the {spec.batch} streams never delivered timeable "
+                f"tokens side by side ({ADMISSION_ATTEMPTS} tries of {n} tokens each; their "
+                "tokens came in bursts): the engine's API server may be starved of CPU"
+            )
         if spec.batch == 1:
             index += 1.0
-        if len(gaps) < 1:
-            raise EngineError(
-                f"probe {describe(spec)}: no iteration had every request decoding "
-                f"({n} output tokens each); lower --max-batch or raise the budget"
-            )
         context = round(spec.context_tokens + index)
         return Probe("decode", 0, spec.batch, context, tuple(float(g) for g in gaps), spec.tag)
 
