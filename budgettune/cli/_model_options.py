@@ -62,6 +62,14 @@ MODE = typer.Option(
     help="Step-time variant: overlapped (decode attention overlaps the matmuls, optimistic) or "
     "serialized (decode attention's KV reads add after them, pessimistic).",
 )
+PROFILE = typer.Option(
+    None,
+    "--profile",
+    help="A profile JSON from `budgettune profile` (or one shipped in profiles/): its calibrated "
+    "step-time model replaces --model, --dtype, --tensor-parallel, the efficiency flags, "
+    "--overhead-ms and --mode. The KV cache is sized on the GPU preset the profile names, "
+    "else on --gpu.",
+)
 
 
 def gpu_from_options(

@@ -38,6 +38,7 @@ def serve(
     bandwidth_efficiency: float = mo.BANDWIDTH_EFFICIENCY,
     overhead_ms: float = mo.OVERHEAD_MS,
     mode: str = mo.MODE,
+    profile: Path | None = mo.PROFILE,
     max_model_len: str | None = typer.Option(
         None, "--max-model-len", help="Context limit, tokens (default: the model's)."
     ),
@@ -69,7 +70,7 @@ def serve(
 
     POST /v1/completions (streamed or not), GET /health, /v1/models, /version,
     /metrics (vLLM metric names). Iterations follow the roofline step-time
-    model in real time.
+    model in real time (the presets', or a calibrated one with --profile).
     """
     if engine.strip().lower() not in SERVABLE:
         raise SpecError(
@@ -105,6 +106,7 @@ def serve(
         overhead_ms=overhead_ms,
         mode=mode,
         emission_log=emission_log,
+        profile=profile,
     )
 
     def ready(url: str, banner: str) -> None:

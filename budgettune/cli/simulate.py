@@ -73,6 +73,7 @@ def simulate(
     bandwidth_efficiency: float = mo.BANDWIDTH_EFFICIENCY,
     overhead_ms: float = mo.OVERHEAD_MS,
     mode: str = mo.MODE,
+    profile: Path | None = mo.PROFILE,
     budgets: str = typer.Option(
         DEFAULT_BUDGETS,
         "--budgets",
@@ -202,16 +203,27 @@ def simulate(
             "give --arrivals poisson --rate R"
         )
     gpu_spec = mo.gpu_from_options(gpu, peak_tflops, bandwidth_tbs, memory_gb)
-    step_model = mo.step_model_from_options(
-        model=model,
-        gpu=gpu_spec,
-        dtype=dtype,
-        tensor_parallel=tensor_parallel,
-        compute_efficiency=compute_efficiency,
-        bandwidth_efficiency=bandwidth_efficiency,
-        overhead_ms=overhead_ms,
-        mode=mode,
-    )
+    model_label = f"{model} on {gpu_spec.name} ({mode})"
+    if profile is not None:
+        from budgettune.engine.sim_server import profiled_model
+
+        # The profile's GPU preset (else --gpu) sizes the KV cache; a custom GPU is not used.
+        profiled = profiled_model(profile, gpu)
+        step_model, gpu_spec = profiled.step_model, profiled.gpu
+        tensor_parallel = profiled.tensor_parallel
+        options.update(model=profiled.shape.name, dtype=profiled.dtype, mode=step_model.mode)
+        model_label = f"{profiled.shape.name} from {profiled.description} ({step_model.mode})"
+    else:
+        step_model = mo.step_model_from_options(
+            model=model,
+            gpu=gpu_spec,
+            dtype=dtype,
+            tensor_parallel=tensor_parallel,
+            compute_efficiency=compute_efficiency,
+            bandwidth_efficiency=bandwidth_efficiency,
+            overhead_ms=overhead_ms,
+            mode=mode,
+        )
     capacity = kv_capacity_blocks(
         step_model,
         gpu_spec,
@@ -253,7 +265,7 @@ def simulate(
         print_json(report.to_json())
         return
     console.print(
-        f"{model} on {gpu_spec.name} ({mode}); ridge P* = {step_model.ridge_tokens:.0f} "
+        f"{model_label}; ridge P* = {step_model.ridge_tokens:.0f} "
         f"tokens; KV cache {capacity:,} blocks of {block_size} tokens",
         highlight=False,
     )
@@ -297,7 +309,8 @@ def _write(
     from budgettune.hardware import resolve_model
     from budgettune.pipeline.simulate import simulate_results, write_simulate_outputs
 
-    shape = resolve_model(options["model"])
+    # With --profile the shape came from the profile file (options["model"] is its name).
+    shape_name = options["model"] if options["profile"] else resolve_model(options["model"]).name
     config = {
         **options,
         "traffic": traffic.description,
@@ -312,7 +325,7 @@ def _write(
         "peak_tflops": gpu.peak_flops / 1e12,
         "bandwidth_tbs": gpu.bandwidth_bytes_per_s / 1e12,
         "memory_gb": gpu.memory_bytes / 1e9,
-        "model": shape.name,
+        "model": shape_name,
         "params": step_model.params,
         "ridge_tokens": step_model.ridge_tokens,
     }

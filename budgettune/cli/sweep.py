@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as _dt
+import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -188,6 +189,8 @@ def sweep(
     schedule = traffic.schedule
     if warmup >= len(schedule):
         raise SpecError(f"--warmup: {warmup} leaves none of {len(schedule)} requests")
+    if profile is not None and engine_name == "sim":  # the engine runs the predictions' model
+        engine_arg = [*engine_arg, shlex.join(["--profile", str(profile.resolve())])]
     spec = eo.launch_spec_from_options(
         engine=engine_name, model=model, gpu=gpu, max_num_seqs=max_num_seqs,
         max_model_len=max_model_len, engine_cmd=engine_cmd, env=env, engine_arg=engine_arg,

@@ -35,7 +35,7 @@ from budgettune.engine.process import launch_process
 from budgettune.engine.prometheus import EngineMetrics
 from budgettune.engine.sim_core import LiveRequest, SimCore
 from budgettune.errors import BudgettuneError, SpecError
-from budgettune.hardware import GPU, dtype_bytes, resolve_gpu, resolve_model
+from budgettune.hardware import GPU, ModelShape, dtype_bytes, resolve_gpu, resolve_model
 from budgettune.sim.kvcache import DEFAULT_BLOCK_SIZE, kv_capacity_blocks
 from budgettune.sim.scheduler import Scheduler, SchedulerConfig
 from budgettune.sim.stepmodel import (
@@ -73,6 +73,51 @@ class SimServerConfig:
     overhead_ms: float = DEFAULT_OVERHEAD_S * 1e3
     mode: str = "overlapped"
     emission_log: Path | None = None
+    profile: Path | None = None  # a `budgettune profile` file: its calibrated model, not presets
+
+
+@dataclass(slots=True, frozen=True)
+class ProfiledModel:
+    """What a profile file gives a simulator: the calibrated step model, the shape, and the GPU
+    whose memory sizes the KV cache."""
+
+    step_model: StepModel
+    shape: ModelShape
+    gpu: GPU
+    tensor_parallel: int
+    dtype: str
+    description: str  # for banners: "profile FILE (measured, vllm on CPU NAME)"
+
+
+def profiled_model(path: Path | str, gpu: str) -> ProfiledModel:
+    """Load a profile for ``--profile``. Its fitted F, B, t0 and mode replace the presets.
+
+    KV-cache capacity needs GPU memory, which a profile does not record: the GPU preset the
+    profile's hardware matches (an analytic profile, or an H100 recognised by name) is used,
+    else the ``gpu`` preset (``--gpu``; a CPU profile sizes its cache as on that GPU).
+    Raises SpecError (exit 2) for an unreadable file or a profile without a step fit.
+    """
+    from budgettune.profile.schema import load_profile, match_gpu_preset, profile_step_model
+
+    profile = load_profile(path)
+    step_model = profile_step_model(profile)
+    preset = profile.hardware.preset or (
+        match_gpu_preset(profile.hardware.name) if profile.hardware.kind != "cpu" else None
+    )
+    card = resolve_gpu(preset or gpu)
+    settings = profile.engine.settings
+    tensor_parallel = int(
+        settings.get("tensor_parallel") or settings.get("tensor_parallel_size") or 1
+    )
+    where = f"{profile.hardware.kind} {profile.hardware.name}"
+    return ProfiledModel(
+        step_model=step_model,
+        shape=profile.model.shape,
+        gpu=card,
+        tensor_parallel=tensor_parallel,
+        dtype=profile.model.dtype,
+        description=f"profile {path} ({profile.kind}, {profile.engine.name} on {where})",
+    )
 
 
 def default_budget(gpu: GPU) -> int:
@@ -249,26 +294,40 @@ class SimApp:
 def build(config: SimServerConfig) -> tuple[SimCore, SimApp, str]:
     """Construct the scheduler, step model, metrics, core and app; returns them and a banner.
     Raises SpecError for bad presets or settings."""
-    shape = resolve_model(config.model)
-    gpu = resolve_gpu(config.gpu)
     if not config.time_scale > 0:
         raise SpecError(f"--time-scale: must be positive, got {config.time_scale}")
     if config.stream_interval < 1:
         raise SpecError(f"--stream-interval: must be at least 1, got {config.stream_interval}")
-    step_model = StepModel.from_hardware(
-        shape,
-        gpu,
-        bytes_per_weight=dtype_bytes(config.dtype),
-        compute_efficiency=config.compute_efficiency,
-        bandwidth_efficiency=config.bandwidth_efficiency,
-        overhead_s=config.overhead_ms / 1e3,
-        mode=config.mode,
-    )
+    tensor_parallel = 1
+    dtype = config.dtype
+    source = "presets"
+    if config.profile is not None:
+        # --model, --dtype and the efficiency flags give way to the profile's calibrated model.
+        profiled = profiled_model(config.profile, config.gpu)
+        shape, gpu, step_model = profiled.shape, profiled.gpu, profiled.step_model
+        tensor_parallel, dtype, source = (
+            profiled.tensor_parallel,
+            profiled.dtype,
+            profiled.description,
+        )
+    else:
+        shape = resolve_model(config.model)
+        gpu = resolve_gpu(config.gpu)
+        step_model = StepModel.from_hardware(
+            shape,
+            gpu,
+            bytes_per_weight=dtype_bytes(config.dtype),
+            compute_efficiency=config.compute_efficiency,
+            bandwidth_efficiency=config.bandwidth_efficiency,
+            overhead_s=config.overhead_ms / 1e3,
+            mode=config.mode,
+        )
     blocks = kv_capacity_blocks(
         step_model,
         gpu,
         gpu_memory_utilization=config.gpu_memory_utilization,
         block_size=config.block_size,
+        tensor_parallel=tensor_parallel,
     )
     scheduler = Scheduler(
         SchedulerConfig(
@@ -294,10 +353,10 @@ def build(config: SimServerConfig) -> tuple[SimCore, SimApp, str]:
     )
     budget = "off (prefill-first)" if config.budget_tokens is None else config.budget_tokens
     banner = (
-        f"budgettune {__version__} sim engine: {shape.name} on {gpu.name} ({config.dtype}), "
+        f"budgettune {__version__} sim engine: {shape.name} on {gpu.name} ({dtype}), "
         f"budget {budget}, max_num_seqs {config.max_num_seqs}, max_model_len {max_len}, "
         f"KV {blocks} blocks of {config.block_size}, ridge {step_model.ridge_tokens:.0f} tokens, "
-        f"time scale {config.time_scale:g}"
+        f"time scale {config.time_scale:g}; step model from {source}"
     )
     return core, SimApp(core, model_name=name, max_model_len=max_len), banner
 
@@ -380,6 +439,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overhead-ms", type=float, default=DEFAULT_OVERHEAD_S * 1e3)
     p.add_argument("--mode", default="overlapped", choices=("overlapped", "serialized"))
     p.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="profile JSON from `budgettune profile`: its calibrated step model replaces "
+        "--model, --dtype and the efficiency flags (KV cache sized on its GPU preset, else --gpu)",
+    )
+    p.add_argument(
         "--emission-log",
         type=Path,
         default=None,
@@ -413,6 +479,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> SimServerConfig:
         overhead_ms=args.overhead_ms,
         mode=args.mode,
         emission_log=args.emission_log,
+        profile=args.profile,
     )
 
 

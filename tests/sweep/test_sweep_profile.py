@@ -1,0 +1,40 @@
+"""`budgettune sweep --engine sim --profile FILE`: the launched sim engine runs the profile's
+calibrated model, so measured latencies track the predictions made from the same profile."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+PROFILE_8B = Path(__file__).resolve().parents[2] / "profiles" / "llama-3.1-8b_h100-sxm.json"
+
+
+def test_sim_engine_runs_the_sweeps_profile(budgettune_cmd: list[str], tmp_path: Path) -> None:
+    data = json.loads(PROFILE_8B.read_text())
+    data["step"]["overhead_s"] = 0.040  # 80x the preset t0: presets would give ~8 ms gaps
+    slow = tmp_path / "slow.json"
+    slow.write_text(json.dumps(data))
+    run_dir = tmp_path / "run"
+    result = subprocess.run(
+        [*budgettune_cmd, "sweep", "--engine", "sim", "--profile", str(slow),
+         "--prompt-dist", "fixed:200", "--output-dist", "fixed:8", "--rate", "2",
+         "--requests", "8", "--budgets", "512", "--slo-tbt", "200ms", "-o", str(run_dir)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    logs = sorted(run_dir.glob("engine-*.log"))
+    assert logs
+    for log in logs:
+        assert f"step model from profile {slow}" in log.read_text()
+    for line in (run_dir / "points.jsonl").read_text().splitlines():
+        point = json.loads(line)
+        measured_ms = point["measured"]["tbt_ms"]["p50"]
+        predicted_ms = point["predicted"]["tbt_ms"]["p50"]
+        # Engine and prediction share t0 = 40 ms + ~8 ms of decode; presets would give ~6.5 ms.
+        assert measured_ms > 40 and predicted_ms > 40
+        assert abs(measured_ms / predicted_ms - 1) < 0.2, (measured_ms, predicted_ms)
