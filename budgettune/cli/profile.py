@@ -57,7 +57,7 @@ def profile(
         None,
         "-o",
         "--output",
-        help="Profile JSON to write (a CSV of the raw curve goes beside it). "
+        help="Profile JSON to write (a CSV of the raw curve and an HTML report go beside it). "
         "Default profiles/<model>_<hardware>[_<engine>].json.",
     ),
     max_batch: int = typer.Option(
@@ -165,10 +165,22 @@ def profile(
             bar.update(task, description=series, completed=done, total=planned)
 
         outcome = run_profile(config, progress=on_progress)
+    report_path = _write_report(outcome) if output is not None else None
     if as_json:
-        print_json(_json_document(outcome))
+        print_json({**_json_document(outcome), "report": report_path and str(report_path)})
         return
     _print_tables(outcome)
+    if report_path is not None:
+        console.print(f"report: {report_path}", highlight=False)
+
+
+def _write_report(outcome: ProfileOutcome) -> Path | None:
+    """With -o, the HTML report beside the profile JSON (issue 8: every -o writes its report)."""
+    if outcome.json_path is None:
+        return None
+    from budgettune.pipeline.report import run_report  # plotly loads only when a report is due
+
+    return run_report(outcome.json_path, output=outcome.json_path.with_suffix(".html")).path
 
 
 def _json_document(outcome: ProfileOutcome) -> dict[str, Any]:

@@ -162,3 +162,40 @@ def test_probe_timeout_midway_saves_the_partial_profile(
     assert sizes[0] == 32 and max(sizes) <= 4096
     assert f"({len(partial.probes)} probes)" in line
     assert out.with_suffix(".csv").is_file()
+
+
+def test_output_writes_the_html_report_beside_the_profile(
+    budgettune_cmd: list[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "runs" / "l40s.json"
+    out.parent.mkdir()
+    result = _run(
+        budgettune_cmd,
+        "--engine", "analytic", "--model", "llama-3.1-8b", "--gpu", "l40s", "-o", str(out),
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    page = out.with_suffix(".html")
+    assert f"report: {page}" in " ".join(result.stdout.split())
+    html = page.read_text()
+    assert html.startswith("<!DOCTYPE html>") or html.lstrip().lower().startswith("<!doctype")
+    assert "llama-3.1-8b" in html and "l40s" in html.lower()
+    # --json names the report too; without -o (the default profiles/ name) no page is written.
+    doc = json.loads(
+        _run(
+            budgettune_cmd,
+            "--engine", "analytic", "--model", "llama-3.1-8b", "--gpu", "l40s", "--json",
+            cwd=tmp_path,
+        ).stdout
+    )  # fmt: skip
+    assert doc["report"] is None
+    assert not (tmp_path / doc["profile"]).with_suffix(".html").exists()
+    doc = json.loads(
+        _run(
+            budgettune_cmd,
+            "--engine", "analytic", "--model", "llama-3.1-8b", "--gpu", "l40s", "--json",
+            "-o", str(tmp_path / "b.json"),
+            cwd=tmp_path,
+        ).stdout
+    )  # fmt: skip
+    assert doc["report"] == str(tmp_path / "b.html") and (tmp_path / "b.html").is_file()
