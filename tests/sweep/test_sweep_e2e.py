@@ -19,8 +19,8 @@ pytestmark = pytest.mark.slow
 
 # A workload whose p99 TBT rises steadily with the budget (the simulator predicts 15, 30, 58
 # and 86 ms at 512, 1024, 2048 and 3072 tokens on the analytic 8B/H100 model; the real-time
-# engine measures a few ms more) while p99 TTFT stays near 300 ms: with a 44 ms TBT SLO the
-# answer is 1024, with at least 9 ms of margin on either side for a busy machine's jitter.
+# engine measures a few ms more) while p99 TTFT stays near 300 ms: with a 46 ms TBT SLO the
+# answer is 1024, with at least 11 ms of margin on either side for a busy machine's jitter.
 WORKLOAD = [
     "--engine", "sim", "--model", "llama-3.1-8b", "--gpu", "h100-sxm",
     "--prompt-dist", "lognormal:mean=1500,sigma=0.5,max=6000",
@@ -54,10 +54,10 @@ def test_search_matches_exhaustive_grid_with_fewer_launches(
     budgettune_cmd: list[str], tmp_path: Path
 ) -> None:
     budgets = "512,1024,2048,3072,4096"
-    searched = sweep(budgettune_cmd, "--slo-tbt", "44ms", "--budgets", budgets, "-o",
+    searched = sweep(budgettune_cmd, "--slo-tbt", "46ms", "--budgets", budgets, "-o",
                      str(tmp_path / "search"))  # fmt: skip
     assert searched.returncode == 0, searched.stderr[-3000:]
-    grid = sweep(budgettune_cmd, "--slo-tbt", "44ms", "--budgets", budgets, "--exhaustive",
+    grid = sweep(budgettune_cmd, "--slo-tbt", "46ms", "--budgets", budgets, "--exhaustive",
                  "-o", str(tmp_path / "grid"))  # fmt: skip
     assert grid.returncode == 0, grid.stderr[-3000:]
 
@@ -121,7 +121,7 @@ def test_engine_crash_and_failed_start_are_recorded_and_skipped(
     script.write_text(textwrap.dedent(FAULTY_ENGINE.format(refuse="2048", crash="3072")))
     run_dir = tmp_path / "faults"
     result = sweep(
-        budgettune_cmd, "--slo-tbt", "44ms", "--budgets", "512,1024,2048,3072",
+        budgettune_cmd, "--slo-tbt", "46ms", "--budgets", "512,1024,2048,3072",
         "--engine-cmd", f"{sys.executable} {script}", "-o", str(run_dir),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -141,7 +141,7 @@ def test_resume_after_kill_reruns_nothing_finished(
     budgettune_cmd: list[str], tmp_path: Path
 ) -> None:
     run_dir = tmp_path / "resumed"
-    args = ["--slo-tbt", "44ms", "--budgets", "1024,2048,3072,4096", "--exhaustive"]
+    args = ["--slo-tbt", "46ms", "--budgets", "1024,2048,3072,4096", "--exhaustive"]
     proc = subprocess.Popen(
         [*budgettune_cmd, "sweep", *WORKLOAD, *args, "-o", str(run_dir)],
         stdout=subprocess.DEVNULL,
@@ -183,7 +183,7 @@ def test_resume_refuses_a_different_question(budgettune_cmd: list[str], tmp_path
     run_dir = tmp_path / "r"
     run_dir.mkdir()
     (run_dir / "sweep.json").write_text(json.dumps({"slo_tbt_s": 0.1}))
-    result = sweep(budgettune_cmd, "--slo-tbt", "44ms", "--resume", str(run_dir))
+    result = sweep(budgettune_cmd, "--slo-tbt", "46ms", "--resume", str(run_dir))
     assert result.returncode == 2
     assert "--resume:" in result.stderr and "slo_tbt_s" in result.stderr
     assert "Traceback" not in result.stderr
@@ -212,7 +212,7 @@ def test_ctrl_c_stops_the_sweep_and_its_engine(
     run_dir = tmp_path / "interrupted"
     mark = f"ctrl-c-{os.getpid()}-{time.monotonic_ns()}"
     proc = subprocess.Popen(
-        [*budgettune_cmd, "sweep", *WORKLOAD, "--slo-tbt", "44ms", "--budgets",
+        [*budgettune_cmd, "sweep", *WORKLOAD, "--slo-tbt", "46ms", "--budgets",
          "1024,2048,3072", "--exhaustive", "--env", f"BUDGETTUNE_TEST_MARK={mark}",
          "-o", str(run_dir)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
@@ -244,7 +244,7 @@ def test_goodput_finds_each_verified_budgets_highest_rate(
     result = subprocess.run(
         [*budgettune_cmd, "sweep", "--engine", "sim", "--prompt-dist", "fixed:1000",
          "--output-dist", "fixed:32", "--rate", "8", "--requests", "40", "--seed", "1",
-         "--slo-tbt", "44ms", "--slo-ttft", "300ms", "--budgets", "1024", "--baseline", "none",
+         "--slo-tbt", "46ms", "--slo-ttft", "300ms", "--budgets", "1024", "--baseline", "none",
          "--goodput", "-o", str(run_dir)],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
@@ -259,4 +259,4 @@ def test_goodput_finds_each_verified_budgets_highest_rate(
     assert above and min(above) <= rate * 1.05
     # every probe is a real replay on the one launched engine, with its figures kept
     assert all(p["ttft_p99_ms"] is not None for p in probes)
-    assert all(p["met"] == (p["ttft_p99_ms"] <= 300 and p["tbt_p99_ms"] <= 44) for p in probes)
+    assert all(p["met"] == (p["ttft_p99_ms"] <= 300 and p["tbt_p99_ms"] <= 46) for p in probes)
