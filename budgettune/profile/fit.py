@@ -39,6 +39,9 @@ ROBUST_SCALE = 3.0
 DEFAULT_REL_SIGMA = 0.02
 MIN_REL_SIGMA = 0.003
 MODE_MARGIN = 0.05  # one variant must fit 5% better (robust objective) to be preferred
+# The per-sequence decode cost is kept only if it cuts the robust misfit by a quarter: on a GPU
+# (or the sim engine) it is noise, and a free parameter must not trade off against B.
+PER_SEQ_MARGIN = 0.25
 
 
 @dataclass(slots=True, frozen=True)
@@ -77,6 +80,7 @@ class Work:
     time_s: FloatArray
     rel_sigma: FloatArray
     prompt_tokens: FloatArray
+    decodes: FloatArray
 
     def subset(self, mask: npt.NDArray[np.bool_]) -> Work:
         return Work(
@@ -87,6 +91,7 @@ class Work:
             self.time_s[mask],
             self.rel_sigma[mask],
             self.prompt_tokens[mask],
+            self.decodes[mask],
         )
 
 
@@ -118,20 +123,25 @@ def probe_work(probes: Sequence[Probe], shape: ShapeConstants) -> Work:
         time_s=np.array([p.median_s for p in used], dtype=np.float64),
         rel_sigma=np.array([relative_sigma(p.times_s) for p in used], dtype=np.float64),
         prompt_tokens=prompt,
+        decodes=batch,
     )
 
 
 def predict_s(
-    work: Work, flops_per_s: float, bytes_per_s: float, overhead_s: float, mode: str
+    work: Work,
+    flops_per_s: float,
+    bytes_per_s: float,
+    overhead_s: float,
+    mode: str,
+    overhead_per_seq_s: float = 0.0,
 ) -> FloatArray:
     """Vectorised :meth:`StepModel.step_time_s` over the probes of ``work``."""
     compute = work.flops / flops_per_s
+    fixed = overhead_s + overhead_per_seq_s * work.decodes
     if mode == "serialized":
         memory = work.weight_bytes / bytes_per_s
-        return overhead_s + np.maximum(compute, memory) + work.decode_kv_bytes / bytes_per_s
-    return overhead_s + np.maximum(
-        compute, (work.weight_bytes + work.decode_kv_bytes) / bytes_per_s
-    )
+        return fixed + np.maximum(compute, memory) + work.decode_kv_bytes / bytes_per_s
+    return fixed + np.maximum(compute, (work.weight_bytes + work.decode_kv_bytes) / bytes_per_s)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -147,6 +157,7 @@ class _Solution:
     request_overhead_s: float
     request_overhead_s_per_token: float
     cost: float  # the robust objective over the weighted relative residuals
+    overhead_per_seq_s: float = 0.0
 
     def extra_s(self, work: Work, mask: npt.NDArray[np.bool_]) -> FloatArray:
         """The request overhead of the probes in ``mask`` (zero elsewhere)."""
@@ -154,14 +165,24 @@ class _Solution:
         return (self.request_overhead_s + per_token) * mask
 
     def predict(self, work: Work, mask: npt.NDArray[np.bool_]) -> FloatArray:
-        step = predict_s(work, self.flops_per_s, self.bytes_per_s, self.overhead_s, self.mode)
+        step = predict_s(
+            work,
+            self.flops_per_s,
+            self.bytes_per_s,
+            self.overhead_s,
+            self.mode,
+            self.overhead_per_seq_s,
+        )
         return step + self.extra_s(work, mask)
 
 
-def _solve(work: Work, mode: str, offset_mask: npt.NDArray[np.bool_]) -> _Solution:
+def _solve(
+    work: Work, mode: str, offset_mask: npt.NDArray[np.bool_], *, per_seq: bool = False
+) -> _Solution:
     """Robust weighted least squares of relative residuals (each over its probe's uncertainty;
     soft L1 beyond ROBUST_SCALE, so one disturbed probe cannot pull the fit) from several
-    starts; the best solution wins."""
+    starts; the best solution wins. per_seq: also fit a cost per decode sequence (the last
+    parameter)."""
     y = work.time_s
     sigma = work.rel_sigma
     total_bytes = work.weight_bytes + work.decode_kv_bytes
@@ -174,9 +195,13 @@ def _solve(work: Work, mode: str, offset_mask: npt.NDArray[np.bool_]) -> _Soluti
     # The request overhead of TTFT-timed probes: a fixed part plus a part per prompt token (the
     # server parses, checks and hands over the prompt's token ids before scheduling it).
     per_token_high = float(np.max(y)) / max(float(np.max(work.prompt_tokens)), 1.0)
+    per_seq = per_seq and bool((work.decodes > 0).any())
+    # A decode cannot cost more than the slowest probe with decodes over its batch.
+    per_seq_high = float(np.max(y / np.maximum(work.decodes, 1.0))) if per_seq else 0.0
 
     def residuals(theta: FloatArray) -> FloatArray:
-        pred = predict_s(work, math.exp(theta[0]), math.exp(theta[1]), theta[2], mode)
+        extra = theta[-1] if per_seq else 0.0
+        pred = predict_s(work, math.exp(theta[0]), math.exp(theta[1]), theta[2], mode, extra)
         if has_offset:
             pred = pred + (theta[3] + theta[4] * work.prompt_tokens) * offset_mask
         return (pred - y) / y / sigma
@@ -186,6 +211,9 @@ def _solve(work: Work, mode: str, offset_mask: npt.NDArray[np.bool_]) -> _Soluti
     if has_offset:
         low += [0.0, 0.0]
         high += [float(np.max(y)), per_token_high]
+    if per_seq:
+        low.append(0.0)
+        high.append(per_seq_high)
     best: _Solution | None = None
     for f_scale in (1.0, 3.0):
         for b_scale in (1.0, 3.0):
@@ -193,12 +221,20 @@ def _solve(work: Work, mode: str, offset_mask: npt.NDArray[np.bool_]) -> _Soluti
                 start = [math.log(f_low * f_scale), math.log(b_low * b_scale), y_min * t0_share]
                 if has_offset:
                     start += [float(np.min(y[offset_mask])) * 0.1, 0.0]
+                if per_seq:
+                    start.append(per_seq_high * 0.1)
                 result = optimize.least_squares(
                     residuals,
                     np.clip(start, np.add(low, 1e-12), np.subtract(high, 1e-12)),
                     bounds=(low, high),
                     x_scale=np.array(
-                        [1.0, 1.0, y_min, *([y_min, per_token_high * 1e-3] if has_offset else [])]
+                        [
+                            1.0,
+                            1.0,
+                            y_min,
+                            *([y_min, per_token_high * 1e-3] if has_offset else []),
+                            *([per_seq_high * 0.1] if per_seq else []),
+                        ]
                     ),
                     method="trf",
                     loss="soft_l1",
@@ -215,6 +251,7 @@ def _solve(work: Work, mode: str, offset_mask: npt.NDArray[np.bool_]) -> _Soluti
                         float(theta[3]) if has_offset else 0.0,
                         float(theta[4]) if has_offset else 0.0,
                         cost,
+                        float(theta[-1]) if per_seq else 0.0,
                     )
     assert best is not None
     return best
@@ -301,6 +338,10 @@ def fit_step_model(
             f"{median[other]:.1%}"
         )
     sol = solutions[best_mode]
+    with_seq = _solve(work, best_mode, offset_mask, per_seq=True)
+    per_seq = with_seq.cost < (1.0 - PER_SEQ_MARGIN) * sol.cost
+    if per_seq:
+        sol = with_seq
     errors = series_errors(work, sol.predict(work, offset_mask))
 
     holdout: dict[str, SeriesError] = {}
@@ -308,7 +349,7 @@ def fit_step_model(
     if held.any() and (~held).sum() >= 4:
         train = work.subset(~held)
         test = work.subset(held)
-        hsol = _solve(train, best_mode, offset_mask[~held])
+        hsol = _solve(train, best_mode, offset_mask[~held], per_seq=per_seq)
         holdout = series_errors(test, hsol.predict(test, offset_mask[held]))
 
     return StepFit(
@@ -333,6 +374,7 @@ def fit_step_model(
             "overhead_s": preset.overhead_s,
         },
         cost_by_mode=cost,
+        overhead_per_seq_s=sol.overhead_per_seq_s,
     )
 
 
@@ -350,6 +392,12 @@ def _identification_notes(work: Work, sol: _Solution, mode: str) -> tuple[str, .
         notes.append(
             "no probe was compute-bound: the FLOP/s is only a lower bound "
             f"(>= {float(np.max(work.flops / work.time_s)):.3g} FLOP/s)"
+        )
+    if sol.overhead_per_seq_s > 0:
+        notes.append(
+            f"a cost of {sol.overhead_per_seq_s * 1e3:.3g} ms per decode sequence, beyond the "
+            "roofline, was fitted: it cut the weighted misfit by over "
+            f"{PER_SEQ_MARGIN:.0%} (typical of a CPU)"
         )
     if sol.overhead_s < 1e-7:
         notes.append("t0 fitted at zero: the fixed per-iteration overhead is too small to resolve")

@@ -148,6 +148,7 @@ class StepFit:
     cost_by_mode: dict[str, float] = field(default_factory=dict)  # weighted misfit, lower fits
     request_overhead_s_per_token: float | None = None
     request_overhead_series: tuple[str, ...] = ()
+    overhead_per_seq_s: float = 0.0  # per decode sequence; fitted only where the data ask
 
     def request_overhead_of(self, probe: Probe) -> float:
         """The fitted request overhead included in ``probe``'s times, seconds (0 if none)."""
@@ -205,6 +206,7 @@ def profile_step_model(profile: Profile) -> StepModel:
         bytes_per_s=profile.step.bytes_per_s,
         overhead_s=profile.step.overhead_s,
         mode=profile.step.mode,
+        overhead_per_seq_s=profile.step.overhead_per_seq_s,
     )
 
 

@@ -2,8 +2,9 @@
 
 An iteration holds prompt chunks (n tokens starting at offset o) and decodes (one token at context
 c). Time is ``t0 + max(FLOPs / F, bytes / B)`` (overlapped) or the serialized variant, where decode
-attention's KV reads run after the matrix multiplies. Everything is linear in a handful of
-aggregates, so the hot path (:meth:`StepModel.step_time_s`) takes those aggregates directly.
+attention's KV reads run after the matrix multiplies, plus an optional cost per decode sequence
+(0 unless a profile fitted one). Everything is linear in a handful of aggregates, so the hot
+path (:meth:`StepModel.step_time_s`) takes those aggregates directly.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ class StepModel:
     bytes_per_s: float  # B, achievable
     overhead_s: float = DEFAULT_OVERHEAD_S  # t0
     mode: str = "overlapped"
+    # Per decode sequence (sampling, bookkeeping, the CPU's per-sequence attention call): 0 in
+    # the roofline; a profile fits it where it shows (vLLM on a CPU, ~0.4 ms a sequence).
+    overhead_per_seq_s: float = 0.0
 
     @classmethod
     def from_hardware(
@@ -93,9 +97,10 @@ class StepModel:
         compute_s = flops / self.flops_per_s
         prefill_bytes = self.weight_bytes + self.kv_bytes_per_token * prefill_prefix_tokens
         decode_kv_s = self.kv_bytes_per_token * decode_context_tokens / self.bytes_per_s
+        fixed_s = self.overhead_s + self.overhead_per_seq_s * decodes
         if self.mode == "serialized":
-            return self.overhead_s + max(compute_s, prefill_bytes / self.bytes_per_s) + decode_kv_s
-        return self.overhead_s + max(compute_s, prefill_bytes / self.bytes_per_s + decode_kv_s)
+            return fixed_s + max(compute_s, prefill_bytes / self.bytes_per_s) + decode_kv_s
+        return fixed_s + max(compute_s, prefill_bytes / self.bytes_per_s + decode_kv_s)
 
     def iteration_time_s(
         self,
