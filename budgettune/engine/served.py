@@ -15,11 +15,10 @@ import shutil
 import subprocess
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from budgettune.engine.base import (
-    DEFAULT_HEALTH_TIMEOUT_S,
     CommandEngine,
     EngineHandle,
     LaunchSpec,
@@ -28,9 +27,6 @@ from budgettune.engine.base import (
 from budgettune.engine.process import group_members, kill_group_now, launch_process
 from budgettune.errors import EngineError, UserError
 
-# Large models take minutes to load and compile: a real engine gets 20 minutes unless the
-# caller changed the generic default.
-REAL_ENGINE_HEALTH_TIMEOUT_S = 1200.0
 VERSION_PROBE_TIMEOUT_S = 60.0
 GROUP_GONE_TIMEOUT_S = 30.0
 GPU_RELEASE_TIMEOUT_S = 120.0
@@ -74,13 +70,6 @@ def engine_log_path(run_dir: Path, spec: LaunchSpec) -> Path:
     else:
         label = str(spec.budget_tokens)
     return run_dir / f"engine-{label}.log"
-
-
-def with_real_engine_defaults(spec: LaunchSpec) -> LaunchSpec:
-    """A spec carrying the generic health timeout gets the real engines' 20 minutes."""
-    if spec.health_timeout_s == DEFAULT_HEALTH_TIMEOUT_S:
-        return replace(spec, health_timeout_s=REAL_ENGINE_HEALTH_TIMEOUT_S)
-    return spec
 
 
 def check_passthrough(args: Sequence[str], managed: dict[str, str], engine: str) -> None:

@@ -17,7 +17,6 @@ from budgettune.engine.served import (
     check_passthrough,
     installed_version,
     launch_served,
-    with_real_engine_defaults,
 )
 from budgettune.errors import UserError
 
@@ -109,7 +108,6 @@ class SglangEngine:
     async def _launch(
         self, spec: LaunchSpec, on_progress: ProgressCallback | None
     ) -> AsyncIterator[EngineHandle]:
-        spec = with_real_engine_defaults(spec)
         command = sglang_command(spec, 0)  # user errors before anything starts
         version = installed_version(command, DISTRIBUTIONS, "sglang", spec.env)
         async with launch_served(self, spec, on_progress, version=version) as handle:
@@ -124,6 +122,6 @@ class SglangEngine:
 
         Raises UserError for a missing model or a managed flag in --engine-arg, EngineError
         when SGLang is missing, rejects a flag (named), exits during start, or is not healthy
-        within the health timeout (20 minutes unless set), with its log tail.
+        within ``spec.health_timeout_s`` (the CLI gives real engines 20 minutes), with its log tail.
         """
         return self._launch(spec, on_progress)

@@ -14,7 +14,6 @@ from budgettune.engine.served import (
     check_passthrough,
     installed_version,
     launch_served,
-    with_real_engine_defaults,
 )
 from budgettune.errors import EngineError, UserError
 
@@ -106,7 +105,6 @@ class VllmEngine:
     async def _launch(
         self, spec: LaunchSpec, on_progress: ProgressCallback | None
     ) -> AsyncIterator[EngineHandle]:
-        spec = with_real_engine_defaults(spec)
         vllm_command(spec, 0)  # user errors before anything starts
         version = check_installed(spec)
         async with launch_served(self, spec, on_progress, version=version) as handle:
@@ -119,6 +117,6 @@ class VllmEngine:
 
         Raises UserError for a missing model or a managed flag in --engine-arg, EngineError
         when vLLM is missing, rejects a flag (named), exits during start, or is not healthy
-        within the health timeout (20 minutes unless set), with its log tail.
+        within ``spec.health_timeout_s`` (the CLI gives real engines 20 minutes), with its log tail.
         """
         return self._launch(spec, on_progress)

@@ -20,17 +20,15 @@ from standin import write_standin  # this folder is on sys.path under pytest's i
 from vllm_env import MARK_VAR, pids_marked
 
 from budgettune.engine import served
-from budgettune.engine.base import DEFAULT_HEALTH_TIMEOUT_S, EngineHandle, LaunchSpec
+from budgettune.engine.base import EngineHandle, LaunchSpec
 from budgettune.engine.process import group_members
 from budgettune.engine.registry import get_engine
 from budgettune.engine.served import (
-    REAL_ENGINE_HEALTH_TIMEOUT_S,
     engine_log_path,
     flag_error,
     installed_version,
     interpreter_of,
     wait_gpu_released,
-    with_real_engine_defaults,
 )
 from budgettune.engine.sglang import SglangEngine, sglang_command
 from budgettune.engine.vllm import VllmEngine, check_installed, vllm_command
@@ -110,13 +108,10 @@ def test_sglang_command() -> None:
         sglang_command(LaunchSpec(model="/m", extra_args=("--chunked-prefill-size", "8")), 1)
 
 
-def test_log_path_and_timeout_defaults(tmp_path: Path) -> None:
+def test_log_path_labels(tmp_path: Path) -> None:
     assert engine_log_path(tmp_path, LaunchSpec(budget_tokens=512)).name == "engine-512.log"
     assert engine_log_path(tmp_path, LaunchSpec(chunked_prefill=False)).name == "engine-none.log"
     assert engine_log_path(tmp_path, LaunchSpec()).name == "engine-default.log"
-    generic = LaunchSpec(health_timeout_s=DEFAULT_HEALTH_TIMEOUT_S)
-    assert with_real_engine_defaults(generic).health_timeout_s == REAL_ENGINE_HEALTH_TIMEOUT_S
-    assert with_real_engine_defaults(LaunchSpec(health_timeout_s=5)).health_timeout_s == 5
 
 
 def test_registry_knows_both() -> None:

@@ -43,15 +43,14 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 # they decode. EPISODES apart by EPISODE_S (wider than any prefill here); the first warms up.
 DECODERS = 2
 DECODER_PROMPT = 64
-DECODER_OUTPUT = 600
+DECODER_OUTPUT = 1000
 LONG_PROMPT = 2000
 LONG_OUTPUT = 4
-LONG_AFTER_S = 0.3
+LONG_AFTER_S = 0.15
 EPISODES = 6
-EPISODE_S = 2.5
+EPISODE_S = 3.0
 SMALL, LARGE = 64, 1024
 SLOW_GAP_S = 0.05  # a bucket bound of vLLM's inter-token-latency histogram
-MAX_BURST_SHARE = 0.5
 
 
 @pytest.fixture(scope="module")
@@ -201,16 +200,12 @@ def test_budgets_trade_decoder_gaps_for_ttft(
     assert small.server_prefill_s > large.server_prefill_s, runs
     # Then as the client saw it.
     assert np.median(small.ttft_s) > np.median(large.ttft_s), runs
-    if max(small.burst_share, large.burst_share) > MAX_BURST_SHARE:
-        # vLLM's three processes take ~1.7 of this machine's 2 cores; other load delays its API
-        # server, which then delivers whole streams at once and no client sees real gaps.
-        pytest.fail(
-            f"machine too loaded to measure client-side gaps: {small.burst_share:.0%} / "
-            f"{large.burst_share:.0%} of decoder tokens arrived in bursts; {runs}"
-        )
     small_gaps = [g for g in small.gap_s if g is not None]
     large_gaps = [g for g in large.gap_s if g is not None]
-    assert len(small_gaps) >= 3 and len(large_gaps) >= 3, runs
+    if min(len(small_gaps), len(large_gaps)) < 3:
+        # vLLM's three processes take ~1.7 of this machine's 2 cores; other load delays its API
+        # server, which then delivers whole streams at once: no client can see gaps then.
+        pytest.fail(f"machine too loaded to measure client-side decoder gaps: {runs}")
     assert np.median(large_gaps) > 2.0 * np.median(small_gaps), runs
 
 
