@@ -60,6 +60,7 @@ def recommend(
     )
     passing = [pt for pt in measured if pt["ok"]]
     reasons: list[str] = []
+    noise = _contradictions(measured, p)
     for pt in points:
         if pt.get("status") not in (None, "measured"):
             reasons.append(
@@ -79,7 +80,7 @@ def recommend(
         reasons.extend(
             _default_reason(measured, default_budget, best["budget"], slo_tbt_s, p, baseline_label)
         )
-        return Recommendation(best["budget"], headline, tuple(reasons), None)
+        return Recommendation(best["budget"], headline, tuple(reasons + noise), None)
     tbt_fail = [pt for pt in measured if not pt["tbt_ok"]]
     ttft_fail = [pt for pt in measured if not pt["ttft_ok"]]
     if not measured:
@@ -116,6 +117,27 @@ def recommend(
         )
     reasons.insert(0, advice)
     return Recommendation(None, "No budget meets both SLOs at this load.", tuple(reasons), binding)
+
+
+def _contradictions(measured: Sequence[dict[str, Any]], p: str) -> list[str]:
+    """A warning when measurements break the interval the search assumes (TTFT only falls and
+    TBT only rises with the budget): the engine or the machine was noisy during the run."""
+    notes = []
+    for slo, key in (("TTFT", "ttft_ok"), ("TBT", "tbt_ok")):
+        bad = [pt["budget"] for pt in measured if pt[key] is False]
+        good = [pt["budget"] for pt in measured if pt[key]]
+        if slo == "TTFT":
+            clash = [(g, b) for b in bad for g in good if g < b]  # a smaller budget met TTFT
+        else:
+            clash = [(b, g) for b in bad for g in good if b < g]  # a larger budget met TBT
+        if clash:
+            low, high = clash[0]
+            notes.append(
+                f"Note: {p} {slo} does not move monotonically here ({low} and {high} disagree "
+                "with the budget order), which points to noise in the engine or on the machine "
+                "during the run; re-run with more requests (--requests) before trusting the edge."
+            )
+    return notes
 
 
 def _breaks(point: dict[str, Any], p: str) -> str:

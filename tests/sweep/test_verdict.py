@@ -1,0 +1,60 @@
+"""The verdict's choice and reasons, from hand-made points."""
+
+from __future__ import annotations
+
+from budgettune.sweep.candidates import Candidates
+from budgettune.sweep.verdict import recommend
+
+CANDIDATES = Candidates(
+    budgets=(512, 1024, 1536), floor_tokens=512, ceiling_tokens=1024, decode_batch=8,
+    ridge_tokens=221.0,
+)  # fmt: skip
+
+
+def point(budget: int, tbt_ms: float, ttft_ms: float, role: str = "candidate") -> dict:
+    tbt_ok, ttft_ok = tbt_ms <= 50, ttft_ms <= 1000
+    return {
+        "budget": budget, "role": role, "status": "measured", "tbt_ms": tbt_ms,
+        "ttft_ms": ttft_ms, "tbt_ok": tbt_ok, "ttft_ok": ttft_ok, "ok": tbt_ok and ttft_ok,
+    }  # fmt: skip
+
+
+def choose(points: list[dict], default: int | None = 8192):
+    return recommend(
+        points, slo_tbt_s=0.05, slo_ttft_s=1.0, percentile=99, rate_per_s=16,
+        default_budget=default, candidates=CANDIDATES,
+    )  # fmt: skip
+
+
+def test_largest_passing_budget_with_the_cliff_and_the_default() -> None:
+    rec = choose([point(512, 20, 700), point(1024, 40, 500), point(1536, 61, 450),
+                  point(8192, 200, 400, "reference")])  # fmt: skip
+    assert rec.budget_tokens == 1024
+    assert rec.headline.startswith("Recommended: 1024. p99 TBT 40.0 ms <= 50.0 ms")
+    assert rec.reasons[0] == "1536 breaks p99 TBT (61.0 ms)."
+    assert rec.reasons[1] == "Your engine default (8192) breaks p99 TBT (200 ms), 4.0x the TBT SLO."
+    assert not any(r.startswith("Note:") for r in rec.reasons)
+
+
+def test_nothing_feasible_names_the_binding_slo() -> None:
+    tbt = choose([point(512, 60, 500), point(1024, 70, 400)])
+    assert tbt.budget_tokens is None and tbt.binding_slo == "tbt"
+    assert "TBT binds: even 512" in tbt.reasons[0]
+    ttft = choose([point(512, 20, 3000), point(1024, 30, 2000)])
+    assert ttft.binding_slo == "ttft" and "TTFT binds: even 1024" in ttft.reasons[0]
+    both = choose([point(512, 20, 3000), point(1024, 70, 400)])
+    assert both.binding_slo == "both"
+
+
+def test_failed_engines_are_reported_not_chosen() -> None:
+    crashed = {"budget": 1536, "status": "crashed", "error": "engine exited with status -9"}
+    rec = choose([point(512, 20, 700), point(1024, 40, 500), crashed], default=None)
+    assert rec.budget_tokens == 1024
+    assert any("Budget 1536: crashed (engine exited with status -9)" in r for r in rec.reasons)
+
+
+def test_measurements_that_break_monotonicity_are_flagged() -> None:
+    # 1024 met TTFT but the larger 1536 missed it: not how budgets behave, so noise is named
+    rec = choose([point(1024, 40, 500), point(1536, 45, 2700)], default=None)
+    assert rec.budget_tokens == 1024
+    assert any(r.startswith("Note: p99 TTFT does not move monotonically") for r in rec.reasons)
