@@ -36,12 +36,12 @@ def test_vllm_cpu_profile_fits_held_out_points(budgettune_cmd: list[str], tmp_pa
     mark = f"profile-{uuid.uuid4().hex[:8]}"
     out = tmp_path / "vllm-cpu.json"
     # The CPU recipe of vllm_env.vllm_spec (fp32, a 1 GB KV cache, no hub, a private compile
-    # cache); probes sized for a CPU: prompts to 4096 (the tiny model's 8192 leaves room for
-    # the output token), decode batches to 32, 3 repeats.
+    # cache); probes sized for a CPU: prompts to 2048 (4096-token mixed probes lost the injected
+    # prompt's iteration on a loaded 2-core machine), decode batches to 16, 3 repeats.
     cmd = [
         *budgettune_cmd, "profile", "--engine", "vllm",
         "--engine-cmd", f"{python} -m {API_SERVER}", "--model", str(model),
-        "--dtype", "float32", "--max-tokens", "4096", "--max-batch", "32", "--repeats", "3",
+        "--dtype", "float32", "--max-tokens", "2048", "--max-batch", "16", "--repeats", "3",
         "--env", "VLLM_CPU_KVCACHE_SPACE=1", "--env", "HF_HUB_OFFLINE=1",
         "--env", f"VLLM_CACHE_ROOT={tmp_path / 'cache'}", "--env", f"{MARK_VAR}={mark}",
         "-o", str(out), "--json",
