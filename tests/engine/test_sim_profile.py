@@ -56,11 +56,13 @@ def test_iterations_follow_the_profile(sim_factory: SimStart, tmp_path: Path) ->
         gap_s = _mean_gap_s(url, 11)
     banner = (tmp_path / "sim-0.log").read_text()
     assert f"step model from profile {slow}" in banner
-    # Real-time pacing: never faster than modeled; late by at most a loaded machine's jitter.
-    assert expected_s * 0.95 < gap_s < expected_s * 1.5, (gap_s, expected_s)
+    # Real-time pacing: never faster than modeled (the presets would give ~8 ms); late by a
+    # loaded machine's jitter (1.5x was exceeded once at load average ~9 on 2 cores).
+    assert expected_s * 0.95 < gap_s < expected_s * 2.5, (gap_s, expected_s)
     with sim_factory(["--max-num-batched-tokens", "512"]) as (url, _):
         preset_gap_s = _mean_gap_s(url, 11)
-    assert preset_gap_s < SLOW_T0_S  # the presets' t0 is 0.5 ms: the profile made the difference
+    # The presets' t0 is 0.5 ms: the profile made the difference.
+    assert preset_gap_s < SLOW_T0_S, preset_gap_s
 
 
 def test_sim_server_bad_profile_exits_2(tmp_path: Path) -> None:
