@@ -65,9 +65,14 @@ def _parent_death_signal() -> Callable[[], None] | None:
     except (OSError, AttributeError):
         return None
     pr_set_pdeathsig = 1
+    parent_pid = os.getpid()
 
     def preexec() -> None:
         prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
+        # If budgettune died between fork and the prctl above, no signal will ever come:
+        # the orphan has been re-parented already, so it must not start at all.
+        if os.getppid() != parent_pid:
+            os._exit(1)
 
     return preexec
 

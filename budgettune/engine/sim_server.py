@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import math
+import os
 import signal
 import sys
 import time
@@ -361,6 +362,24 @@ def build(config: SimServerConfig) -> tuple[SimCore, SimApp, str]:
     return core, SimApp(core, model_name=name, max_model_len=max_len), banner
 
 
+PARENT_PID_VAR = "BUDGETTUNE_PARENT_PID"
+
+
+async def _stop_when_orphaned(stop: asyncio.Event) -> None:
+    """When budgettune launched this server (it sets BUDGETTUNE_PARENT_PID), stop as soon as that
+    process is gone: a second line of defence beside the parent-death signal, so no engine
+    outlives the budgettune that started it."""
+    text = os.environ.get(PARENT_PID_VAR, "")
+    if not text.isdigit():
+        return
+    parent = int(text)
+    while not stop.is_set():
+        if os.getppid() != parent:
+            stop.set()
+            return
+        await asyncio.sleep(0.5)
+
+
 async def serve(
     config: SimServerConfig,
     *,
@@ -390,6 +409,7 @@ async def serve(
     )
     runner = asyncio.create_task(core.run())
     stopper = asyncio.create_task(stop.wait())
+    watchdog = asyncio.create_task(_stop_when_orphaned(stop))
     try:
         if on_ready is not None:
             on_ready(f"http://{config.host}:{config.port}", banner)
@@ -398,9 +418,9 @@ async def serve(
             runner.result()  # re-raise the core's crash
     finally:
         server.close()
-        for task in (runner, stopper):
+        for task in (runner, stopper, watchdog):
             task.cancel()
-        await asyncio.gather(runner, stopper, return_exceptions=True)
+        await asyncio.gather(runner, stopper, watchdog, return_exceptions=True)
         for sig in handled:
             loop.remove_signal_handler(sig)
         if log is not None:
@@ -526,7 +546,7 @@ class SimEngine:
         return cmd + list(spec.extra_args)
 
     def environment(self, spec: LaunchSpec) -> dict[str, str]:
-        return {"PYTHONUNBUFFERED": "1", **spec.env}
+        return {"PYTHONUNBUFFERED": "1", PARENT_PID_VAR: str(os.getpid()), **spec.env}
 
     def launch(
         self, spec: LaunchSpec, on_progress: ProgressCallback | None = None

@@ -141,7 +141,9 @@ def test_resume_after_kill_reruns_nothing_finished(
     budgettune_cmd: list[str], tmp_path: Path
 ) -> None:
     run_dir = tmp_path / "resumed"
-    args = ["--slo-tbt", "46ms", "--budgets", "1024,2048,3072,4096", "--exhaustive"]
+    mark = f"resume-{os.getpid()}-{time.monotonic_ns()}"
+    args = ["--slo-tbt", "46ms", "--budgets", "1024,2048,3072,4096", "--exhaustive",
+            "--env", f"BUDGETTUNE_TEST_MARK={mark}"]  # fmt: skip
     proc = subprocess.Popen(
         [*budgettune_cmd, "sweep", *WORKLOAD, *args, "-o", str(run_dir)],
         stdout=subprocess.DEVNULL,
@@ -161,7 +163,11 @@ def test_resume_after_kill_reruns_nothing_finished(
             os.killpg(proc.pid, signal.SIGKILL)
     finished_before = {p["budget"] for p in points(run_dir)}
     assert finished_before and len(finished_before) < 5
-    time.sleep(1.0)  # the engine dies with its parent (parent-death signal)
+    # the engine in flight dies with its parent (parent-death signal, and its own watchdog)
+    deadline = time.monotonic() + 5
+    while marked_pids(mark) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not marked_pids(mark), "an engine outlived the SIGKILLed sweep"
     assert_engines_gone(run_dir)
 
     resumed = subprocess.run(
