@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import sys
 from pathlib import Path
 
 import pytest
+
+# A suite started as a background job (CI scripts, `cmd &`) inherits SIGINT *ignored*, and an
+# ignored signal stays ignored in every child: the tests that press Ctrl-C on a budgettune or
+# engine subprocess would then test nothing. A handler (unlike SIG_IGN) is reset to the default
+# in exec'd children, so installing Python's own here gives every child a working Ctrl-C.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED = REPO_ROOT.parent / "shared"
