@@ -62,7 +62,7 @@ def main() -> None:
     searched = {p["budget"]: p for p in search["points"]}
     for point in grid["points"]:
         budget = point["budget"]
-        predicted = (point.get("predicted") or {}).get("tbt_ms")
+        predicted = (point.get("predicted") or {}).get("tbt_at_slo_ms")
         other = searched.get(budget)
         print(
             f"{budget:>6}  {predicted:>17.1f}  {point['tbt_ms']:>12.1f}  "

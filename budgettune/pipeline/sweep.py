@@ -340,13 +340,15 @@ def _ms_or_none(value_s: float) -> float | None:
 
 
 def _prediction_json(prediction: Prediction | None) -> dict[str, Any] | None:
+    """The simulator's summary (percentile objects, like a measured point) plus the TBT and TTFT
+    at the sweep's SLO percentile (``*_at_slo_ms``) and the mean decode batch."""
     if prediction is None:
         return None
     return {
-        "tbt_ms": prediction.tbt_s * 1e3,
-        "ttft_ms": prediction.ttft_s * 1e3 if prediction.ttft_s != float("inf") else None,
-        "decode_batch": prediction.decode_batch,
         **prediction.summary.to_json(),
+        "tbt_at_slo_ms": _ms_or_none(prediction.tbt_s),
+        "ttft_at_slo_ms": _ms_or_none(prediction.ttft_s),
+        "decode_batch": prediction.decode_batch,
     }
 
 

@@ -69,6 +69,9 @@ def test_search_matches_exhaustive_grid_with_fewer_launches(
     assert found["launches"] <= 3
     measured = {p["budget"]: p for p in found["points"]}
     assert measured[2048]["tbt_ok"] is False, "the cliff above the answer is shown"
+    predicted = measured[1024]["predicted"]
+    assert 25 < predicted["tbt_at_slo_ms"] < 35  # the simulator's p99 TBT at 1024 (about 30)
+    assert predicted["tbt_ms"]["p99"] == predicted["tbt_at_slo_ms"]
     default = measured[8192]
     assert default["role"] == "reference" and default["tbt_ok"] is False
     assert default["early_stop"], "a certain failure stops the replay early"
