@@ -55,6 +55,9 @@ EPISODES = 6
 EPISODE_S = 3.0
 SMALL, LARGE = 64, 1024
 SLOW_GAP_S = 0.05  # a bucket bound of vLLM's inter-token-latency histogram
+HEARTBEAT_S = 0.005
+STALL_S = 0.025  # a client held this long could blur a ~13 ms gap into the large budget's ~75
+MAX_STALLED_SHARE = 0.05  # medians over 5 episodes shrug off a few such stretches, not more
 
 
 @pytest.fixture(scope="module")
@@ -124,6 +127,7 @@ class BudgetRun:
     burst_share: float  # client: share of decoder gaps < 50 us (tokens that came in one read)
     server_slow_gaps: float  # vLLM: inter-token gaps > SLOW_GAP_S, timed at its engine core
     server_prefill_s: float  # vLLM: sum of request_prefill_time (scheduled -> first token)
+    client_stalled: float  # share of the measuring time the client's loop was held > 25 ms
 
     def line(self) -> str:
         ms = [round(t * 1e3) for t in self.ttft_s]
@@ -131,11 +135,12 @@ class BudgetRun:
         return (
             f"long-prompt TTFT ms {ms}; longest decoder gap during each prefill ms {gaps}; "
             f"decoder gaps in bursts {self.burst_share:.0%}; vLLM: gaps > 50 ms "
-            f"{self.server_slow_gaps:g}, prefill time {self.server_prefill_s * 1e3:.0f} ms"
+            f"{self.server_slow_gaps:g}, prefill time {self.server_prefill_s * 1e3:.0f} ms; "
+            f"client loop stalled {self.client_stalled:.0%} of the time"
         )
 
 
-def budget_run(result: ReplayResult) -> BudgetRun:
+def budget_run(result: ReplayResult, client_stalled: float) -> BudgetRun:
     records = [live.record for live in result.outcome.records]
     ttfts: list[float] = []
     worst_gaps: list[float | None] = []
@@ -162,7 +167,40 @@ def budget_run(result: ReplayResult) -> BudgetRun:
         burst_share=float(np.mean(all_gaps < 5e-5)),
         server_slow_gaps=itl.count - itl.cumulative[itl.bounds.index(SLOW_GAP_S)],
         server_prefill_s=prefill.total,
+        client_stalled=client_stalled,
     )
+
+
+async def replay_watching_the_client(
+    config: ReplayConfig, schedule: Schedule, handles: list[EngineHandle]
+) -> tuple[ReplayResult, float]:
+    """run_replay, plus the share of the time (once the engine was ready) that the client's
+    event loop was kept from running for more than STALL_S at a stretch: a chunk arriving then
+    is stamped late, and streams read in such a stretch arrive all at once."""
+    stalls: list[float] = []
+    done = asyncio.Event()
+    began_s: list[float] = []
+
+    async def beat() -> None:
+        while not done.is_set():
+            began = time.monotonic()
+            await asyncio.sleep(HEARTBEAT_S)
+            stalls.append(time.monotonic() - began - HEARTBEAT_S)
+
+    beats: list[asyncio.Task[None]] = []
+
+    def ready(handle: EngineHandle) -> None:
+        handles.append(handle)
+        began_s.append(time.monotonic())
+        beats.append(asyncio.get_running_loop().create_task(beat()))
+
+    try:
+        result = await run_replay(config, schedule, on_ready=ready)
+    finally:
+        done.set()
+        await asyncio.gather(*beats)
+    elapsed_s = time.monotonic() - began_s[0]
+    return result, sum(s for s in stalls if s > STALL_S) / elapsed_s
 
 
 def test_budgets_trade_decoder_gaps_for_ttft(
@@ -177,7 +215,7 @@ def test_budgets_trade_decoder_gaps_for_ttft(
         handles: list[EngineHandle] = []
         config = replay_config(budget, ctx, out, mark)
         with EngineWatch(mark) as watch:
-            result = asyncio.run(run_replay(config, schedule, on_ready=handles.append))
+            result, stall_s = asyncio.run(replay_watching_the_client(config, schedule, handles))
         handle = handles[0]
         assert result.engine_crashed is None
         assert result.engine["version"] == handle.version != "unknown"
@@ -196,7 +234,7 @@ def test_budgets_trade_decoder_gaps_for_ttft(
         assert len(watch.seen) >= 4  # API server, its resource tracker, EngineCore, Worker
         assert watch.leftovers() == []
         assert engine_log_path(out, config.spec).stat().st_size > 0
-        runs[budget] = budget_run(result)
+        runs[budget] = budget_run(result, stall_s)
         print(f"\nbudget {budget}: start {handle.startup_s:.1f} s; {runs[budget].line()}")
     small, large = runs[SMALL], runs[LARGE]
     # Chunking moves latency from the running decoders to the arriving prompt. First as vLLM
@@ -204,20 +242,21 @@ def test_budgets_trade_decoder_gaps_for_ttft(
     # prompt is prefilled in two iterations; the small one spreads it over ~33.
     assert large.server_slow_gaps >= EPISODES - 1 > small.server_slow_gaps, runs
     assert small.server_prefill_s > large.server_prefill_s, runs
-    # Then as the client saw it.
-    assert np.median(small.ttft_s) > np.median(large.ttft_s), runs
+    # Then as the client saw it, which needs a client that got the CPU when bytes arrived.
     small_gaps = [g for g in small.gap_s if g is not None]
     large_gaps = [g for g in large.gap_s if g is not None]
-    if min(len(small_gaps), len(large_gaps)) < 3:
+    starved = max(small.client_stalled, large.client_stalled) > MAX_STALLED_SHARE
+    if starved or min(len(small_gaps), len(large_gaps)) < 3:
         # vLLM's three processes keep ~1.7 of this machine's 2 cores busy; with other load on
         # top the client waits seconds for a CPU (seen: 0.6-2.5 s in the run queue) and reads
-        # whole streams at once, so no client-side gap exists to compare. vLLM's own figures
-        # above still proved the trade-off; CI (which runs alone) must see it client side too.
-        message = f"machine too loaded to measure client-side decoder gaps: {runs}"
+        # whole streams at once. vLLM's own figures above still proved the trade-off; CI
+        # (which runs alone) must see it client side too.
+        message = f"machine too loaded for client-side TTFT and gaps: {runs}"
         if in_ci():
             pytest.fail(message)
         print(f"NOT CHECKED: {message}")
         return
+    assert np.median(small.ttft_s) > np.median(large.ttft_s), runs
     assert np.median(large_gaps) > 2.0 * np.median(small_gaps), runs
 
 
