@@ -247,7 +247,7 @@ def sweep(
     console_err.print(f"traffic: {traffic.description}", highlight=False)
     result = _run_with_progress(config, traffic.at_rate, schedule)
     if as_json:
-        print_json(_load_json(result.files["recommendation"]))
+        print_json(result.document)
     else:
         _print_result(result, config)
     if result.recommendation.budget_tokens is None:
@@ -300,12 +300,6 @@ def _scheduler(
         step_model, gpu_card or resolve_gpu("h100-sxm"), tensor_parallel=tensor_parallel
     )
     return SchedulerConfig(budget_tokens=None, kv_capacity_blocks=blocks, max_num_seqs=max_num_seqs)
-
-
-def _load_json(path: Path) -> Any:
-    import json
-
-    return json.loads(path.read_text())
 
 
 def _run_with_progress(config: SweepConfig, schedule_at: Any, schedule: Any) -> SweepResult:

@@ -94,6 +94,7 @@ class SweepResult:
     launches: int  # engine launches this invocation made (resumed points not counted)
     wall_s: float
     files: dict[str, Path]
+    document: dict[str, Any]  # what recommendation.json holds
 
 
 def plan(
@@ -220,7 +221,9 @@ async def run_sweep(
     from budgettune.pipeline.report import run_report  # plotly loads only when a page is written
 
     files["report"] = run_report(config.run_dir).path
-    return SweepResult(candidates, predictions, points, recommendation, launches, wall_s, files)
+    return SweepResult(
+        candidates, predictions, points, recommendation, launches, wall_s, files, document
+    )
 
 
 async def _verify(
