@@ -294,6 +294,12 @@ def _print_tables(outcome: ProfileOutcome) -> None:
                 "-" if held is None else f"{held.max_rel_error:.1%}",
             )
         console.print(errors)
+        if step.holdout_all is not None:
+            pooled = step.holdout_all
+            console.print(
+                f"probes held out of the fit: median error {pooled.median_rel_error:.1%}, "
+                f"max {pooled.max_rel_error:.1%} over {pooled.count} probes"
+            )
         for note in step.notes:
             console.print(f"[yellow]note:[/yellow] {note}")
     if summary is not None:

@@ -298,7 +298,7 @@ def fit_step_model(
     *,
     request_overhead_series: Sequence[str] = (),
     preset: StepModel | None = None,
-    holdout_every: int = 4,
+    holdout_every: int = 3,
 ) -> StepFit:
     """Fit t0, F, B and the overlap variant to all three series at once.
 
@@ -345,12 +345,16 @@ def fit_step_model(
     errors = series_errors(work, sol.predict(work, offset_mask))
 
     holdout: dict[str, SeriesError] = {}
+    holdout_all: SeriesError | None = None
     held = holdout_mask(work, holdout_every)
     if held.any() and (~held).sum() >= 4:
         train = work.subset(~held)
         test = work.subset(held)
         hsol = _solve(train, best_mode, offset_mask[~held], per_seq=per_seq)
-        holdout = series_errors(test, hsol.predict(test, offset_mask[held]))
+        predicted = hsol.predict(test, offset_mask[held])
+        holdout = series_errors(test, predicted)
+        rel = np.abs(predicted - test.time_s) / test.time_s
+        holdout_all = SeriesError(len(rel), float(np.median(rel)), float(np.max(rel)))
 
     return StepFit(
         flops_per_s=sol.flops_per_s,
@@ -365,6 +369,7 @@ def fit_step_model(
         request_overhead_series=tuple(s for s in request_overhead_series if s in work.series),
         errors=errors,
         holdout=holdout,
+        holdout_all=holdout_all,
         notes=_identification_notes(work, sol, best_mode),
         preset=None
         if preset is None

@@ -36,7 +36,7 @@ from budgettune.profile.schema import EngineInfo, Hardware, Probe
 
 T = TypeVar("T")
 SPACING_ITERATIONS = 3  # decode iterations between two injected prompts of the mixed series
-MIN_STEADY_GAPS = 16  # decode iterations with every request decoding, at least
+MIN_STEADY_GAPS = 64  # decode iterations with every request decoding, at least
 MIN_RUN_ITERATIONS = 3  # iterations per timed run of the steady window
 ADMISSION_ATTEMPTS = 3  # decoders restarted with longer outputs when not admitted together
 POLL_S = 0.0005
@@ -72,8 +72,9 @@ def steady_iterations(arrivals_ns: list[list[int]], segments: int) -> tuple[np.n
     The window runs from the last stream's first token to the first stream's last token, when
     every stream emits one token per iteration. It is cut into ``segments`` runs of at least 3
     iterations; each run's time per iteration is its span over its length (one token's jitter
-    spreads over the run), the median over the streams. Tokens that reached us bunched with a
-    neighbour (same arrival stamp: the server or our loop was late) are never a run's end.
+    spreads over the run), the median over the streams. Tokens that reached us bunched (same
+    arrival stamp: the server or our loop was late) end a run only as the last of their bunch:
+    the bunch left when that token was made, the ones before it had waited.
     Returns (seconds per iteration of each run, mean number of tokens generated before the
     iterations measured).
     """
@@ -88,10 +89,7 @@ def steady_iterations(arrivals_ns: list[list[int]], segments: int) -> tuple[np.n
         return np.empty(0), math.nan
     runs = max(1, min(segments, (count - 1) // MIN_RUN_ITERATIONS))
     bounds = np.linspace(0, count - 1, runs + 1).round().astype(int)
-    clean = [
-        np.r_[True, w[1:count] != w[: count - 1]] & np.r_[w[: count - 1] != w[1:count], True]
-        for w in inside
-    ]
+    clean = [np.r_[w[1:] != w[:-1], True][:count] for w in inside]
     times = []
     for k0, k1 in itertools.pairwise(bounds):
         rates = []
@@ -313,8 +311,10 @@ class EngineTimer:
         )
 
     async def _decode(self, spec: ProbeSpec, repeats: int) -> Probe:
-        # Steady gaps are cheap (one decode iteration each): take plenty, the median is robust.
-        steady = max(4 * repeats, MIN_STEADY_GAPS) + 2
+        # Steady gaps are cheap (one decode iteration each): take plenty. Runs of 20 or more
+        # iterations keep a late token's jitter (a CPU engine's API server bunches tokens of
+        # 2-3 ms iterations) under a few percent of the run.
+        steady = max(20 * repeats, MIN_STEADY_GAPS) + 2
 
         async def steady_tokens(streams: list[StreamResult]) -> None:
             marks = [r.tokens for r in streams]

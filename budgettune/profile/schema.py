@@ -149,6 +149,7 @@ class StepFit:
     request_overhead_s_per_token: float | None = None
     request_overhead_series: tuple[str, ...] = ()
     overhead_per_seq_s: float = 0.0  # per decode sequence; fitted only where the data ask
+    holdout_all: SeriesError | None = None  # every held-out probe pooled, whatever its series
 
     def request_overhead_of(self, probe: Probe) -> float:
         """The fitted request overhead included in ``probe``'s times, seconds (0 if none)."""
@@ -277,6 +278,7 @@ def _step_from_json(step: dict[str, Any]) -> StepFit:
             **step,
             "errors": {k: SeriesError(**v) for k, v in step["errors"].items()},
             "holdout": {k: SeriesError(**v) for k, v in step["holdout"].items()},
+            "holdout_all": SeriesError(**step["holdout_all"]) if step.get("holdout_all") else None,
             "notes": tuple(step.get("notes", ())),
             "request_overhead_series": tuple(step.get("request_overhead_series", ())),
         }

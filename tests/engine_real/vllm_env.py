@@ -3,9 +3,12 @@ processes by PID (a /proc scan for a marker in the environment and its process g
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -152,3 +155,24 @@ class EngineWatch:
         """Live processes carrying the mark or in a group that did."""
         self._scan()
         return sorted(pid for pid, pgid, _ in _processes() if pgid in self.groups)
+
+
+def stop_group(proc: subprocess.Popen[bytes], grace_s: float = 30.0) -> list[int]:
+    """Stop a server the test started itself in a session of its own: SIGTERM to its group, then
+    wait (up to ``grace_s``) until every member is gone, not only the leader; whatever is left
+    then is SIGKILLed. Returns the PIDs that needed SIGKILL (none for a clean stop)."""
+    from budgettune.engine.process import group_members
+
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        proc.poll()  # reap the leader so it does not count as a member
+        if proc.returncode is not None and not group_members(proc.pid):
+            return []
+        time.sleep(0.1)
+    left = group_members(proc.pid)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    return left

@@ -51,6 +51,19 @@ def test_steady_iterations_by_hand() -> None:
     assert len(steady_iterations([[0, 5], [10, 20]], 3)[0]) == 0  # never side by side
 
 
+def test_steady_iterations_time_bunched_tokens_by_the_last_of_each_bunch() -> None:
+    # A starved API server sends a 4 ms decode's tokens two or three at a time: each bunch
+    # leaves when its last token is made, so the ones before it carry a late stamp.
+    made_ns = [k * 4_000_000 for k in range(40)]
+    sent_ns = []
+    for k in range(40):
+        last_of_bunch = min(k + (2 - k % 3), 39) if k < 39 else 39
+        sent_ns.append(made_ns[last_of_bunch] + 150_000)
+    times, _ = steady_iterations([sent_ns], segments=3)
+    assert len(times) == 3
+    np.testing.assert_allclose(times, 0.004, rtol=0.02)
+
+
 def test_launch_spec_holds_the_largest_probe() -> None:
     config = ProfileConfig(
         model="llama-3.1-8b", engine="vllm", max_tokens=8192, max_batch=256, dtype="float32"

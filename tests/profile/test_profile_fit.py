@@ -194,6 +194,11 @@ def test_held_out_points_are_predicted(
     fit = fit_step_model(synthetic_probes(h100_llama, seed=9), ShapeConstants.of(h100_llama))
     assert set(fit.holdout) == {"prefill", "decode", "mixed"}
     assert fit.holdout["decode"].count >= 5
+    pooled = fit.holdout_all
+    assert pooled is not None and pooled.count == sum(e.count for e in fit.holdout.values())
+    assert pooled.max_rel_error == max(e.max_rel_error for e in fit.holdout.values())
+    medians = [e.median_rel_error for e in fit.holdout.values()]
+    assert min(medians) <= pooled.median_rel_error <= max(medians)
     for err in fit.holdout.values():
         assert err.median_rel_error < 0.03
 
