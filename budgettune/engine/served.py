@@ -97,14 +97,19 @@ def resolve_executable(name: str) -> str | None:
 def interpreter_of(command: Sequence[str]) -> list[str] | None:
     """The Python interpreter (as an argument list) that ``command`` runs under, if we can tell.
 
-    ``python -m pkg ...``: that python. A console script: the interpreter of its shebang,
-    including pip's ``#!/bin/sh`` + ``'''exec' "/long/path/python"`` form for long paths.
+    ``python -m pkg ...``: that python, also behind a wrapper such as ``chrt --idle 0`` or
+    ``numactl -N 0`` (the first ``*python* -m``). A console script: the interpreter of its
+    shebang, including pip's ``#!/bin/sh`` + ``'''exec' "/long/path/python"`` form for long paths.
     """
     exe = resolve_executable(command[0])
     if exe is None:
         return None
     if len(command) >= 3 and command[1] == "-m":
         return [exe]
+    for index in range(1, len(command) - 2):
+        if "python" in Path(command[index]).name and command[index + 1] == "-m":
+            found = resolve_executable(command[index])
+            return None if found is None else [found]
     try:
         with open(exe, "rb") as handle:
             head = handle.read(1024).decode("utf-8", errors="replace").splitlines()

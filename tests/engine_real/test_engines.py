@@ -151,6 +151,10 @@ def test_interpreter_of_shebang_forms(tmp_path: Path) -> None:
     shell = _script(tmp_path / "d", "#!/bin/sh\necho hi\n")
     assert interpreter_of([str(shell)]) is None
     assert interpreter_of([sys.executable, "-m", "pkg"]) == [sys.executable]
+    # behind a wrapper that lowers the engine's CPU priority or pins it (the README's CPU recipe)
+    wrapped = ["taskset", "-c", "0", sys.executable, "-m", "pkg"]
+    assert interpreter_of(wrapped) == [sys.executable]
+    assert interpreter_of(["taskset", "-c", "0", str(tmp_path / "python3"), "-m", "x"]) is None
     assert interpreter_of([str(tmp_path / "missing")]) is None
 
 

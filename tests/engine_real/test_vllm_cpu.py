@@ -19,15 +19,18 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 from vllm_env import (  # this folder is on sys.path under pytest's default import mode
-    API_SERVER,
     MARK_VAR,
     REPO_ROOT,
     EngineWatch,
     build_model,
+    client_core,
+    engine_cmd_text,
     in_ci,
+    on_client_core,
     vllm_python_or_skip,
     vllm_spec,
 )
@@ -37,7 +40,7 @@ from budgettune.engine.served import engine_log_path
 from budgettune.engine.vllm import VllmEngine
 from budgettune.errors import EngineError, UserError
 from budgettune.load.runner import RunOptions
-from budgettune.load.server_metrics import HistogramData
+from budgettune.load.server_metrics import HistogramData, parse_prometheus
 from budgettune.pipeline.replay import ReplayConfig, ReplayResult, run_replay
 from budgettune.trace.schedule import Schedule
 
@@ -58,6 +61,7 @@ SLOW_GAP_S = 0.05  # a bucket bound of vLLM's inter-token-latency histogram
 HEARTBEAT_S = 0.005
 STALL_S = 0.025  # a client held this long could blur a ~13 ms gap into the large budget's ~75
 MAX_STALLED_SHARE = 0.05  # medians over 5 episodes shrug off a few such stretches, not more
+KILL_AFTER_TOKENS = 20  # per stream, of 3000: the SIGKILL lands with every stream mid-way
 
 
 @pytest.fixture(scope="module")
@@ -203,14 +207,6 @@ async def replay_watching_the_client(
     return result, sum(s for s in stalls if s > STALL_S) / elapsed_s
 
 
-# Known to fail on this project's 2-core CI machine even when it is otherwise idle (measured
-# 2026-11-29: vLLM's three processes keep the client stalled ~80% of the time, the episodes lose
-# their shape, and vLLM's own histogram then shows 0 gaps > 50 ms at budget 1024). It still runs
-# and reports; issue 5 stays open until it passes reliably. Not strict: a pass shows as XPASS.
-@pytest.mark.xfail(
-    reason="client starved by vLLM on 2 cores; the episodes lose their shape (issue 5 open)",
-    strict=False,
-)
 def test_budgets_trade_decoder_gaps_for_ttft(
     vllm_python: Path, model_dir: Path, cache_dir: Path, tmp_path: Path
 ) -> None:
@@ -222,7 +218,7 @@ def test_budgets_trade_decoder_gaps_for_ttft(
         out = tmp_path / f"b{budget}"
         handles: list[EngineHandle] = []
         config = replay_config(budget, ctx, out, mark)
-        with EngineWatch(mark) as watch:
+        with EngineWatch(mark) as watch, client_core():
             result, stall_s = asyncio.run(replay_watching_the_client(config, schedule, handles))
         handle = handles[0]
         assert result.engine_crashed is None
@@ -255,8 +251,8 @@ def test_budgets_trade_decoder_gaps_for_ttft(
     large_gaps = [g for g in large.gap_s if g is not None]
     starved = max(small.client_stalled, large.client_stalled) > MAX_STALLED_SHARE
     if starved or min(len(small_gaps), len(large_gaps)) < 3:
-        # vLLM's three processes keep ~1.7 of this machine's 2 cores busy; with other load on
-        # top the client waits seconds for a CPU (seen: 0.6-2.5 s in the run queue) and reads
+        # vLLM runs at SCHED_IDLE (vllm_env.CPU_WRAPPER), so it cannot starve the client; other
+        # work on the machine can (seen: 0.6-2.5 s in the run queue), and then the client reads
         # whole streams at once. vLLM's own figures above still proved the trade-off; CI
         # (which runs alone) must see it client side too.
         message = f"machine too loaded for client-side TTFT and gaps: {runs}"
@@ -313,12 +309,6 @@ def test_port_taken_is_reported_before_starting(
     assert EngineWatch(mark).leftovers() == []
 
 
-# Known to fail on an idle 2-core machine (2026-11-29): 1 of 3 in-flight requests counted failed
-# after the SIGKILL, 2 completed first (TTFT p50 9 s: the kill lands late). Runs and reports;
-# issue 5 stays open until the kill is timed against the streams' progress.
-@pytest.mark.xfail(
-    reason="kill lands after two of three streams finished (issue 5 open)", strict=False
-)
 def test_sigkill_mid_replay_counts_failures_then_next_start_is_clean(
     vllm_python: Path, model_dir: Path, cache_dir: Path, tmp_path: Path
 ) -> None:
@@ -330,21 +320,34 @@ def test_sigkill_mid_replay_counts_failures_then_next_start_is_clean(
     )
     mark = uuid.uuid4().hex
     killed: list[int] = []
+    kill_tasks: list[asyncio.Task[None]] = []
 
-    def kill_soon(handle: object) -> None:
-        pid = handle.pid  # type: ignore[attr-defined]
+    async def kill_mid_stream(handle: EngineHandle) -> None:
+        """SIGKILL once vLLM says all three requests run and have made tokens: by the streams'
+        progress, not a fixed delay (a first request can wait seconds for the CPU here)."""
+        pid = handle.pid
+        assert pid is not None
+        deadline = time.monotonic() + 120
+        async with httpx.AsyncClient(timeout=5) as client:
+            while time.monotonic() < deadline:
+                text = (await client.get(handle.url.rstrip("/") + "/metrics")).text
+                counters = parse_prometheus(text).counters
+                running = counters.get("vllm:num_requests_running", 0.0)
+                made = counters.get("vllm:generation_tokens_total", 0.0)
+                if running == len(long_run) and made >= KILL_AFTER_TOKENS * len(long_run):
+                    killed.append(pid)
+                    break
+                await asyncio.sleep(0.05)
+        os.kill(pid, signal.SIGKILL)
 
-        def kill() -> None:
-            killed.append(pid)
-            os.kill(pid, signal.SIGKILL)
-
-        asyncio.get_running_loop().call_later(1.5, kill)
+    def on_ready(handle: EngineHandle) -> None:
+        kill_tasks.append(asyncio.get_running_loop().create_task(kill_mid_stream(handle)))
 
     with EngineWatch(mark) as watch:
         result = asyncio.run(
-            run_replay(replay_config(1024, ctx, tmp_path / "a", mark), long_run, on_ready=kill_soon)
+            run_replay(replay_config(1024, ctx, tmp_path / "a", mark), long_run, on_ready=on_ready)
         )
-    assert killed, "the engine finished before it could be killed"
+    assert killed, "vLLM never ran the three requests side by side within 120 s"
     print(f"\nSIGKILL: failures {result.failure_reasons}; engine {result.engine_crashed}")
     assert result.engine_crashed is not None and "status -9" in result.engine_crashed
     assert result.summary.failed == len(long_run)  # every in-flight request is a failure
@@ -422,15 +425,15 @@ def test_ctrl_c_during_cli_replay_writes_partial_results_and_leaves_nothing(
     """The user's path: `budgettune replay --engine vllm ...`, Ctrl-C while requests stream."""
     mark = uuid.uuid4().hex
     out = tmp_path / "run"
-    command = [
+    command = on_client_core([
         *budgettune_cmd, "replay", "--engine", "vllm",
-        "--model", str(model_dir), "--engine-cmd", f"{vllm_python} -m {API_SERVER}",
+        "--model", str(model_dir), "--engine-cmd", engine_cmd_text(vllm_python),
         "--dtype", "float32", "--budget", "256", "--max-num-seqs", "8",
         "--env", "VLLM_CPU_KVCACHE_SPACE=1", "--env", "HF_HUB_OFFLINE=1",
         "--env", f"VLLM_CACHE_ROOT={cache_dir}", "--env", f"{MARK_VAR}={mark}",
         "--requests", "200", "--rate", "5", "--prompt-dist", "fixed:128",
         "--output-dist", "fixed:400", "-o", str(out),
-    ]  # fmt: skip
+    ])  # fmt: skip
     cli = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log = out / "engine-256.log"
     try:

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 from vllm_env import (  # this folder is on sys.path under pytest's default import mode
-    API_SERVER,
     MARK_VAR,
     build_model,
+    engine_cmd_text,
+    on_client_core,
     pids_marked,
     vllm_python_or_skip,
 )
@@ -28,10 +29,6 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 PROFILE_LIMIT_S = 300.0  # issue 6: the profile runs to completion in under 5 minutes
 HELDOUT_MEDIAN_LIMIT = 0.15  # issue 6: held-out median error under 15%
-# Each series on its own, a guard that one path is not broken: decode iterations of the tiny
-# model take 2-12 ms here, and the same shape measured 1.6 ms in one run and 2.6 ms in another
-# (each run consistent within 3%), so a median over its 5 held-out probes swings 6-16%.
-SERIES_HELDOUT_LIMIT = 0.25
 
 
 def test_vllm_cpu_profile_fits_held_out_points(budgettune_cmd: list[str], tmp_path: Path) -> None:
@@ -42,14 +39,14 @@ def test_vllm_cpu_profile_fits_held_out_points(budgettune_cmd: list[str], tmp_pa
     # The CPU recipe of vllm_env.vllm_spec (fp32, a 1 GB KV cache, no hub, a private compile
     # cache); probes sized for a CPU: prompts to 2048 (4096-token mixed probes lost the injected
     # prompt's iteration on a loaded 2-core machine), decode batches to 16, 3 repeats.
-    cmd = [
+    cmd = on_client_core([
         *budgettune_cmd, "profile", "--engine", "vllm",
-        "--engine-cmd", f"{python} -m {API_SERVER}", "--model", str(model),
+        "--engine-cmd", engine_cmd_text(python), "--model", str(model),
         "--dtype", "float32", "--max-tokens", "2048", "--max-batch", "16", "--repeats", "3",
         "--env", "VLLM_CPU_KVCACHE_SPACE=1", "--env", "HF_HUB_OFFLINE=1",
         "--env", f"VLLM_CACHE_ROOT={tmp_path / 'cache'}", "--env", f"{MARK_VAR}={mark}",
         "-o", str(out), "--json",
-    ]  # fmt: skip
+    ])  # fmt: skip
     started = time.monotonic()
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
@@ -91,8 +88,10 @@ def test_vllm_cpu_profile_fits_held_out_points(budgettune_cmd: list[str], tmp_pa
     assert pooled["median_rel_error"] < HELDOUT_MEDIAN_LIMIT, (
         f"held-out median error {pooled['median_rel_error']:.1%} over {pooled['count']} probes"
     )
+    # Each series on its own too. With vLLM and the profiler sharing both cores, decode's held-out
+    # error swung 6-29% (the profiler's loop waited in the run queue); a core each: 1-3%.
     for name, median in medians.items():
-        assert median < SERIES_HELDOUT_LIMIT, f"{name}: held-out median error {median:.1%}"
+        assert median < HELDOUT_MEDIAN_LIMIT, f"{name}: held-out median error {median:.1%}"
     # The knee statement, honest either way: a knee with its place, or the plain "no knee".
     ridge = saved["ridge"]
     if ridge["knee_found"]:

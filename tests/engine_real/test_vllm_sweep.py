@@ -16,6 +16,8 @@ from vllm_env import (
     API_SERVER,
     MARK_VAR,
     build_model,
+    engine_cmd_text,
+    on_client_core,
     pids_marked,
     stop_group,
     vllm_python_or_skip,
@@ -54,14 +56,14 @@ def test_sweep_on_vllm_writes_a_config_vllm_serves(
     ]  # fmt: skip
     started = time.monotonic()
     result = subprocess.run(
-        [
+        on_client_core([
             *budgettune_cmd, "sweep", "--engine", "vllm",
-            "--engine-cmd", f"{python} -m {API_SERVER}", "--model", str(model),
+            "--engine-cmd", engine_cmd_text(python), "--model", str(model),
             "--dtype", "float32", *env_args, "--max-num-seqs", "16",
             "--budgets", "256,1024", "--baseline", "none", "--trace", str(trace),
             # SLOs a CPU meets at both budgets: this test is about the config, not the verdict
             "--slo-tbt", "2s", "--slo-ttft", "30s", "--health-timeout", "5m", "-o", str(run_dir),
-        ],
+        ]),
         capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     sweep_s = time.monotonic() - started

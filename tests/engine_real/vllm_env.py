@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,11 @@ from budgettune.engine.base import LaunchSpec
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VLLM_VENV = Path(os.environ.get("BUDGETTUNE_VLLM_VENV", str(REPO_ROOT / ".venv-vllm")))
 API_SERVER = "vllm.entrypoints.openai.api_server"
+# vLLM on core 0 and the client on core 1 (client_core): sharing both cores, vLLM kept the
+# client's loop in the run queue for whole streams (1.4-2.0 s at a time, even with vLLM at
+# SCHED_IDLE), so client-side gaps and TTFTs were the scheduler's (README: "vLLM on a CPU").
+ENGINE_CORE, CLIENT_CORE = 0, 1
+CPU_WRAPPER = ("taskset", "-c", str(ENGINE_CORE))
 MARK_VAR = "BUDGETTUNE_TEST_MARK"
 
 
@@ -58,6 +65,21 @@ def build_model(python: Path, out_dir: Path) -> Path:
     return out_dir
 
 
+def engine_argv(python: Path) -> tuple[str, ...]:
+    """The engine command of the CPU recipe: the API server module behind CPU_WRAPPER."""
+    return (*CPU_WRAPPER, str(python), "-m", API_SERVER)
+
+
+def engine_cmd_text(python: Path) -> str:
+    """engine_argv as the one string --engine-cmd takes."""
+    return shlex.join(engine_argv(python))
+
+
+def on_client_core(argv: list[str]) -> list[str]:
+    """A client command (the budgettune CLI) run on CLIENT_CORE."""
+    return ["taskset", "-c", str(CLIENT_CORE), *argv]
+
+
 def vllm_spec(
     python: Path,
     model: Path,
@@ -77,7 +99,7 @@ def vllm_spec(
         model=str(model),
         dtype="float32",
         port=port,
-        engine_cmd=(str(python), "-m", API_SERVER),
+        engine_cmd=engine_argv(python),
         env={
             "VLLM_CPU_KVCACHE_SPACE": "1",
             "HF_HUB_OFFLINE": "1",
@@ -176,3 +198,14 @@ def stop_group(proc: subprocess.Popen[bytes], grace_s: float = 30.0) -> list[int
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(10)
     return left
+
+
+@contextlib.contextmanager
+def client_core() -> Iterator[None]:
+    """Run this thread (the client's event loop) on CLIENT_CORE only, then as before."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {CLIENT_CORE})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
