@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from budgettune.load.transport import arrival_ns, request_sent_ns
+from budgettune.load.transport import SEND_AT, arrival_ns, request_sent_ns
 
 ERROR_TEXT_CHARS = 200
 
@@ -155,7 +155,8 @@ async def stream_completion(
     Never raises for a failed request: the reason is in ``error`` ("http 400: …", "connect error",
     "timeout", "stream cut", "short output 3/8"). A cancellation records "cancelled" and returns.
     """
-    result = StreamResult(sent_ns=time.monotonic_ns())
+    send_at = SEND_AT.get()  # held until then: a request never written counts as sent then
+    result = StreamResult(sent_ns=max(time.monotonic_ns(), send_at.due_ns if send_at else 0))
     parser = SSEParser(result)
     try:
         response = await client.send(request, stream=True)

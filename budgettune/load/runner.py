@@ -7,7 +7,9 @@ load generator (achieved rate, send lag, merged chunks).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,15 +28,16 @@ from budgettune.load.client import (
 )
 from budgettune.load.server_metrics import ServerSnapshot, scrape
 from budgettune.load.timing import sleep_until
-from budgettune.load.transport import async_client
+from budgettune.load.transport import SEND_AT, SendTime, async_client
 from budgettune.records import RequestRecord
 from budgettune.trace.schedule import Schedule
 
 MERGED_MODES = ("spread", "first")
 MERGED_WARN_SHARE = 0.01
 START_LEAD_S = 0.05  # the first target lies this far after start, so it is not late by setup
-SEND_GRACE_S = 0.001  # loop time a new request gets before the sender builds the next one
-BUILD_ALLOWANCE_S = 0.002  # building a request body (prompt ids, JSON) takes less than this
+# A request's send starts this long before its target; httpx's share (the pool, a new
+# connection, serialising: 0.3-1 ms here) is done by then and the bytes wait at the socket.
+PREPARE_LEAD_S = 0.004
 PREFIX_SEED_SALT = 1_000_003
 # Idle connections are dropped well before vLLM's (uvicorn's) 5 s keep-alive timeout: reusing one
 # just as the server closes it fails the request ("Server disconnected without sending a
@@ -157,8 +160,8 @@ class RunOutcome:
     merged_chunks_mode: str = "spread"
     server_before: ServerSnapshot | None = None
     server_after: ServerSnapshot | None = None
-    # Per sent request (schedule order), how late the sender's timer woke: the machine's share
-    # of the send lag (the rest is ours: task start, connection, httpx, the socket write).
+    # Per sent request (schedule order), how late the timer that released its bytes woke: the
+    # machine's share of the send lag (the rest is the write itself).
     wake_late_s: FloatArray = field(default_factory=lambda: np.empty(0))
 
     def __repr__(self) -> str:  # short: see LiveRecord.__repr__
@@ -196,6 +199,7 @@ class RunOutcome:
             }
 
         wake_ms = self.wake_late_s[: len(lag_ms)] * 1e3
+        wake_ms = wake_ms[np.isfinite(wake_ms)]  # requests never written have no release time
 
         return {
             "scheduled": self.scheduled,
@@ -274,6 +278,11 @@ def error_rate_rule(max_error_rate: float, min_finished: int) -> StopRule:
     return rule
 
 
+def _late_s(send_at: SendTime | None) -> float:
+    """The release timer's lateness; NaN for a request never written (cancelled, no connection)."""
+    return math.nan if send_at is None or send_at.late_s is None else send_at.late_s
+
+
 def _to_live(
     index: int, schedule: Schedule, result: StreamResult, start_ns: int, options: RunOptions
 ) -> LiveRecord:
@@ -329,7 +338,7 @@ async def run_schedule(
     stop_reason: str | None = None
     stopped = asyncio.Event()
     failed = 0
-    wake_late_s = np.full(n, np.nan)
+    send_times: dict[int, SendTime] = {}
 
     async with async_client(target.base_url, limits=limits, timeout=timeout) as client:
         before = await scrape(client, target.base_url) if options.scrape_metrics else None
@@ -349,6 +358,14 @@ async def run_schedule(
         def on_done(index: int, task: asyncio.Task[StreamResult]) -> None:
             nonlocal failed, stop_reason, last_done_s
             in_flight.pop(index, None)
+            send_at = send_times.get(index)
+            held = send_at is not None and send_at.late_s is None
+            cancelled = task.cancelled() or (task.result().error or "").startswith("cancelled")
+            if held and cancelled:
+                # Stopped while it waited out its lead time: its bytes never left, so it was not
+                # sent, like the requests after it.
+                report()
+                return
             if task.cancelled():
                 planned_ns = start_ns + int(float(offsets_s[index]) * 1e9)
                 result = StreamResult(sent_ns=planned_ns, error="cancelled before sending")
@@ -382,21 +399,21 @@ async def run_schedule(
                         stream_usage=options.stream_usage,
                     ),
                 )
-                wake_late_s[index] = await sleep_until(start_s + float(offsets_s[index]))
+                due_ns = start_ns + int(float(offsets_s[index]) * 1e9)
+                await sleep_until(due_ns / 1e9 - PREPARE_LEAD_S)
                 if stopped.is_set():
                     return
+                # Started early, held at its socket until due_ns (transport.SEND_AT).
+                send_times[index] = send_at = SendTime(due_ns)
+                context = contextvars.copy_context()
+                context.run(SEND_AT.set, send_at)
                 task = asyncio.create_task(
-                    stream_completion(client, request, int(schedule.output_tokens[index]))
+                    stream_completion(client, request, int(schedule.output_tokens[index])),
+                    context=context,
                 )
                 in_flight[index] = task
                 task.add_done_callback(functools.partial(on_done, index))
                 report()
-                # Building the next request takes a fraction of a millisecond: first give this
-                # one the loop for a moment (httpx needs a few loop turns to reach its socket),
-                # unless the next one is due sooner.
-                if index + 1 < n:
-                    due_s = start_s + float(offsets_s[index + 1]) - BUILD_ALLOWANCE_S
-                    await sleep_until(min(time.monotonic() + SEND_GRACE_S, due_s))
 
         sender = asyncio.create_task(send_all())
         interrupted = False
@@ -429,5 +446,5 @@ async def run_schedule(
         merged_chunks_mode=options.merged_chunks,
         server_before=before,
         server_after=after,
-        wake_late_s=wake_late_s[[live.record.request_id for live in records]],
+        wake_late_s=np.array([_late_s(send_times.get(live.record.request_id)) for live in records]),
     )

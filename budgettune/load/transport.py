@@ -7,21 +7,43 @@ the times our single thread got around to each of them. :func:`async_client` bui
 ``response.extensions["network_stream"].last_arrival_ns`` gives the stamp of the bytes just read.
 Timeouts use ``asyncio.timeout``, not ``wait_for``, which on Python 3.11 can swallow a
 cancellation (Ctrl-C) that races with arriving data.
+
+A request can be held at the socket until its time: set :data:`SEND_AT` (a :class:`SendTime`) in
+the context of the task that sends it, start the send early, and httpx's work (the pool, a new
+connection, serialising) is done before that time; only the write itself waits for it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import socket
 import ssl
 import time
 from collections import deque
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import httpcore
 import httpx
+
+from budgettune.load.timing import sleep_until
+
+
+@dataclass(slots=True)
+class SendTime:
+    """When a request's first bytes may go to the socket (monotonic ns), and how late the
+    timer then woke (filled in by the write)."""
+
+    due_ns: int
+    late_s: float | None = None
+
+
+SEND_AT: contextvars.ContextVar[SendTime | None] = contextvars.ContextVar(
+    "budgettune_send_at", default=None
+)
 
 
 class _Protocol(asyncio.Protocol):
@@ -108,6 +130,11 @@ class TimestampedStream(httpcore.AsyncNetworkStream):
         if protocol.transport is None or protocol.transport.is_closing():
             raise httpcore.WriteError("connection closed")
         if self._next_write_starts_request:
+            send_at = SEND_AT.get()
+            if send_at is not None and send_at.late_s is None:
+                send_at.late_s = await sleep_until(send_at.due_ns / 1e9)
+                if protocol.transport.is_closing():  # the server closed it while we waited
+                    raise httpcore.WriteError("connection closed")
             self.request_sent_ns = time.monotonic_ns()
             self._next_write_starts_request = False
         protocol.transport.write(buffer)
