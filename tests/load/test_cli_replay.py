@@ -141,3 +141,11 @@ def test_user_mistakes_are_one_line_errors(budgettune_cmd: list[str]) -> None:
         done = subprocess.run([*budgettune_cmd, *args], capture_output=True, text=True, timeout=60)
         assert done.returncode == 2, (args, done.stderr)
         assert message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_send_lag_is_printed_to_hundredths_of_a_millisecond() -> None:
+    from budgettune.cli.replay import _lag_cell
+
+    # held at the socket, the lag is mostly well under 1 ms: "0.0 ms" would hide it
+    assert _lag_cell(0.236) == "0.24 ms" and _lag_cell(0.002) == "0.00 ms"
+    assert _lag_cell(12.34) == "12.3 ms" and _lag_cell(None) == "-"
