@@ -27,6 +27,11 @@ def print_error(error: BudgettuneError) -> None:
             console_err.print(f"    {line}", markup=False, highlight=False)
 
 
+def print_warning(message: str) -> None:
+    """One ``warning: ...`` on stderr; also the ``on_warning`` callback of the loaders."""
+    console_err.print(f"[yellow]warning:[/yellow] {message}", highlight=False, soft_wrap=True)
+
+
 def print_json(document: Any) -> None:
     """Write one JSON document to stdout (no rich markup, machine-readable)."""
     sys.stdout.write(json.dumps(document, indent=2, allow_nan=False, default=_json_default) + "\n")

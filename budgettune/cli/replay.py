@@ -25,7 +25,7 @@ from rich.table import Table
 from budgettune.cli import _engine_options as eo
 from budgettune.cli import _trace_options as to
 from budgettune.cli import app
-from budgettune.cli._common import console, console_err, print_json
+from budgettune.cli._common import console, console_err, print_json, print_warning
 from budgettune.engine.base import EngineHandle, StartProgress
 from budgettune.engine.registry import engine_names
 from budgettune.errors import SpecError
@@ -154,7 +154,7 @@ def replay(
         burstiness=burstiness, time_scale=time_scale, window=window, requests=requests,
         duration=duration, max_model_len=max_model_len, on_long=on_long, strict=strict,
         seed=seed, prompt_dist=prompt_dist, output_dist=output_dist, default_requests=200,
-        on_warning=lambda text: console_err.print(f"[yellow]warning:[/yellow] {text}"),
+        on_warning=print_warning,
     )  # fmt: skip
     if warmup >= len(traffic.schedule):
         raise SpecError(f"--warmup: {warmup} leaves none of {len(traffic.schedule)} requests")
@@ -359,24 +359,20 @@ def _finish(result: ReplayResult) -> None:
     lag_p99 = check["send_lag_ms"]["p99"]
     if lag_p99 is not None and lag_p99 > LAG_WARN_MS:
         timer_p99 = check["timer_lateness_ms"]["p99"] or 0.0
-        console_err.print(
-            f"[yellow]warning:[/yellow] requests went out late (send lag p99 {lag_p99:.1f} ms, "
-            f"of which the timer itself woke {timer_p99:.1f} ms late): this machine is busy",
-            highlight=False,
+        print_warning(
+            f"requests went out late (send lag p99 {lag_p99:.1f} ms, of which the timer itself "
+            f"woke {timer_p99:.1f} ms late): this machine is busy"
         )
     lateness = (result.server.get("loop_lateness") or {}).get("p99_ms")
     if lateness is not None and lateness > LAG_WARN_MS:
-        console_err.print(
-            f"[yellow]warning:[/yellow] the sim engine ended iterations late (p99 {lateness:.1f} "
-            "ms): this machine is busy; its latencies include that delay",
-            highlight=False,
+        print_warning(
+            f"the sim engine ended iterations late (p99 {lateness:.1f} ms): this machine is "
+            "busy; its latencies include that delay"
         )
     if check["merged_chunks_warning"]:
-        console_err.print(
-            f"[yellow]warning:[/yellow] {check['merged_chunk_share']:.1%} of stream chunks "
-            f"carried more than one token ({check['merged_chunks_mode']} applied); TBT "
-            "percentiles depend on that choice",
-            highlight=False,
+        print_warning(
+            f"{check['merged_chunk_share']:.1%} of stream chunks carried more than one token "
+            f"({check['merged_chunks_mode']} applied); TBT percentiles depend on that choice"
         )
     if result.engine_crashed:
         console_err.print(f"[bold red]error:[/bold red] {result.engine_crashed}", highlight=False)

@@ -16,7 +16,7 @@ import typer
 from budgettune.cli import _model_options as mo
 from budgettune.cli import _trace_options as to
 from budgettune.cli import app
-from budgettune.cli._common import console, console_err, print_json
+from budgettune.cli._common import console, console_err, print_json, print_warning
 from budgettune.errors import SpecError
 from budgettune.pipeline.simulate import (
     DEFAULT_BUDGETS,
@@ -193,7 +193,7 @@ def simulate(
         duration=duration, max_model_len=max_model_len, on_long=on_long, strict=strict,
         seed=seed, prompt_dist=prompt_dist, output_dist=output_dist,
         default_requests=DEFAULT_REQUESTS,
-        on_warning=lambda text: console_err.print(f"[yellow]warning:[/yellow] {text}"),
+        on_warning=print_warning,
     )  # fmt: skip
     first = traffic.schedule
     start_rate = first.rate_per_s if rate is None else rate

@@ -26,7 +26,7 @@ from budgettune.cli import _engine_options as eo
 from budgettune.cli import _model_options as mo
 from budgettune.cli import _trace_options as to
 from budgettune.cli import app
-from budgettune.cli._common import console, console_err, print_json
+from budgettune.cli._common import console, console_err, print_json, print_warning
 from budgettune.engine.base import EngineHandle, StartProgress
 from budgettune.errors import SpecError
 from budgettune.hardware import resolve_gpu
@@ -184,7 +184,7 @@ def sweep(
         duration=duration, max_model_len=max_model_len, on_long=on_long, strict=strict,
         seed=seed, prompt_dist=prompt_dist, output_dist=output_dist,
         default_requests=DEFAULT_REQUESTS,
-        on_warning=lambda text: console_err.print(f"[yellow]warning:[/yellow] {text}"),
+        on_warning=print_warning,
     )  # fmt: skip
     schedule = traffic.schedule
     if warmup >= len(schedule):

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from budgettune.cli import app
-from budgettune.cli._common import console, console_err, print_json
+from budgettune.cli._common import console, console_err, print_json, print_warning
 from budgettune.cli._trace_options import (
     BURSTINESS,
     COLUMNS,
@@ -37,10 +37,6 @@ trace_app = typer.Typer(
     rich_markup_mode="rich",
 )
 app.add_typer(trace_app, name="trace")
-
-
-def _warn(message: str) -> None:
-    console_err.print(f"[yellow]warning:[/yellow] {message}", highlight=False, soft_wrap=True)
 
 
 @trace_app.command("synth")
@@ -112,7 +108,7 @@ def inspect(
         ),
         on_long=on_long,
         strict=strict,
-        on_warning=_warn,
+        on_warning=print_warning,
     )
     if as_json:
         print_json(stats.to_json())
