@@ -278,9 +278,9 @@ def error_rate_rule(max_error_rate: float, min_finished: int) -> StopRule:
     return rule
 
 
-def _late_s(send_at: SendTime | None) -> float:
-    """The release timer's lateness; NaN for a request never written (cancelled, no connection)."""
-    return math.nan if send_at is None or send_at.late_s is None else send_at.late_s
+def _late_s(send_at: SendTime) -> float:
+    """The release timer's lateness; NaN for a request never written (no connection)."""
+    return math.nan if send_at.late_s is None else send_at.late_s
 
 
 def _to_live(
@@ -358,19 +358,13 @@ async def run_schedule(
         def on_done(index: int, task: asyncio.Task[StreamResult]) -> None:
             nonlocal failed, stop_reason, last_done_s
             in_flight.pop(index, None)
-            send_at = send_times.get(index)
-            held = send_at is not None and send_at.late_s is None
-            cancelled = task.cancelled() or (task.result().error or "").startswith("cancelled")
-            if held and cancelled:
-                # Stopped while it waited out its lead time: its bytes never left, so it was not
-                # sent, like the requests after it.
+            held = send_times[index].late_s is None
+            if held and (task.cancelled() or (task.result().error or "").startswith("cancelled")):
+                # Stopped while it waited out its lead time (a task cancelled before it began
+                # included): its bytes never left, so it was not sent, like the requests after it.
                 report()
                 return
-            if task.cancelled():
-                planned_ns = start_ns + int(float(offsets_s[index]) * 1e9)
-                result = StreamResult(sent_ns=planned_ns, error="cancelled before sending")
-            else:
-                result = task.result()
+            result = task.result()
             live = _to_live(index, schedule, result, start_ns, options)
             finished[index] = live
             failed += not live.record.ok
@@ -446,5 +440,5 @@ async def run_schedule(
         merged_chunks_mode=options.merged_chunks,
         server_before=before,
         server_after=after,
-        wake_late_s=np.array([_late_s(send_times.get(live.record.request_id)) for live in records]),
+        wake_late_s=np.array([_late_s(send_times[live.record.request_id]) for live in records]),
     )

@@ -271,13 +271,20 @@ def _with_series_noise(work: Work, sol: _Solution, offset_mask: npt.NDArray[np.b
 
 def series_errors(work: Work, predicted: FloatArray) -> dict[str, SeriesError]:
     """Median and max relative error of ``predicted`` against the measured medians, per series."""
-    rel = np.abs(predicted - work.time_s) / work.time_s
-    out: dict[str, SeriesError] = {}
+    return _by_series(work, _relative_errors(work, predicted))
+
+
+def _by_series(work: Work, rel: FloatArray) -> dict[str, SeriesError]:
     names = np.array(work.series, dtype=object)
-    for name in dict.fromkeys(work.series):
-        r = rel[names == name]
-        out[name] = SeriesError(len(r), float(np.median(r)), float(np.max(r)))
-    return out
+    return {name: _summary(rel[names == name]) for name in dict.fromkeys(work.series)}
+
+
+def _relative_errors(work: Work, predicted: FloatArray) -> FloatArray:
+    return np.asarray(np.abs(predicted - work.time_s) / work.time_s, dtype=np.float64)
+
+
+def _summary(rel: FloatArray) -> SeriesError:
+    return SeriesError(len(rel), float(np.median(rel)), float(np.max(rel)))
 
 
 def holdout_mask(work: Work, every: int) -> npt.NDArray[np.bool_]:
@@ -351,10 +358,9 @@ def fit_step_model(
         train = work.subset(~held)
         test = work.subset(held)
         hsol = _solve(train, best_mode, offset_mask[~held], per_seq=per_seq)
-        predicted = hsol.predict(test, offset_mask[held])
-        holdout = series_errors(test, predicted)
-        rel = np.abs(predicted - test.time_s) / test.time_s
-        holdout_all = SeriesError(len(rel), float(np.median(rel)), float(np.max(rel)))
+        rel = _relative_errors(test, hsol.predict(test, offset_mask[held]))
+        holdout = _by_series(test, rel)
+        holdout_all = _summary(rel)  # every held-out probe, pooled
 
     return StepFit(
         flops_per_s=sol.flops_per_s,

@@ -251,10 +251,10 @@ def test_budgets_trade_decoder_gaps_for_ttft(
     large_gaps = [g for g in large.gap_s if g is not None]
     starved = max(small.client_stalled, large.client_stalled) > MAX_STALLED_SHARE
     if starved or min(len(small_gaps), len(large_gaps)) < 3:
-        # vLLM runs at SCHED_IDLE (vllm_env.CPU_WRAPPER), so it cannot starve the client; other
-        # work on the machine can (seen: 0.6-2.5 s in the run queue), and then the client reads
-        # whole streams at once. vLLM's own figures above still proved the trade-off; CI
-        # (which runs alone) must see it client side too.
+        # vLLM runs on core 0 (vllm_env.CPU_WRAPPER) and the client on core 1, so vLLM cannot
+        # starve it; other work on the machine can (seen: 0.6-2.5 s in the run queue), and then
+        # the client reads whole streams at once. vLLM's own figures above still proved the
+        # trade-off; CI (which runs alone) must see it client side too.
         message = f"machine too loaded for client-side TTFT and gaps: {runs}"
         if in_ci():
             pytest.fail(message)

@@ -10,16 +10,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from budgettune.engine.http11 import END_CHUNK, chunk, response_head
 from budgettune.load.runner import RunOptions, RunOutcome, Target, run_schedule
 from budgettune.trace.schedule import Schedule
 
-ONE_TOKEN_STREAM = (
-    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
-)
-
-
-def _chunk(payload: bytes) -> bytes:
-    return b"%x\r\n%s\r\n" % (len(payload), payload)
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Transfer-Encoding": "chunked"}
+STREAM_HEAD = response_head(200, SSE_HEADERS)
 
 
 @dataclass
@@ -59,10 +55,10 @@ class _Server(asyncio.Protocol):
         event = {"choices": [{"index": 0, "text": "a"}], "usage": {"completion_tokens": 1}}
         assert self.transport is not None
         self.transport.write(
-            ONE_TOKEN_STREAM
-            + _chunk(b"data: " + json.dumps(event).encode() + b"\n\n")
-            + _chunk(b"data: [DONE]\n\n")
-            + b"0\r\n\r\n"
+            STREAM_HEAD
+            + chunk(b"data: " + json.dumps(event).encode() + b"\n\n")
+            + chunk(b"data: [DONE]\n\n")
+            + END_CHUNK
         )
 
 
