@@ -16,14 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import numpy as np
 import typer
 
 from budgettune.errors import SpecError
 from budgettune.trace.dists import parse_length_dist
 from budgettune.trace.formats import FORMATS
 from budgettune.trace.load import ON_LONG as ON_LONG_CHOICES
-from budgettune.trace.load import load_trace
+from budgettune.trace.load import clip_to_context, load_trace
 from budgettune.trace.replay import ReplayOptions, parse_window, schedule_from_trace
 from budgettune.trace.schedule import Schedule
 from budgettune.trace.schema import LoadReport
@@ -301,8 +300,7 @@ def _synthetic(
             if on_long == "drop":
                 times, prompts, outputs = times[~too_long], prompts[~too_long], outputs[~too_long]
             else:
-                outputs = np.minimum(outputs, max_len - 1)
-                prompts = np.minimum(prompts, max_len - outputs)
+                prompts, outputs = clip_to_context(prompts, outputs, max_len)
         return Schedule(target_s=times, prompt_tokens=prompts, output_tokens=outputs)
 
     fitted = [0]

@@ -71,6 +71,15 @@ FORMATS: dict[str, TraceFormat] = {
 }
 
 
+# CSV formats in detection order, by the (lower-case) header names that identify them
+_CSV_SIGNATURES: tuple[tuple[str, frozenset[str]], ...] = (
+    ("azure", frozenset({"timestamp", "contexttokens", "generatedtokens"})),
+    ("burstgpt", frozenset({"request tokens", "response tokens"})),
+    ("vidur", frozenset({"num_prefill_tokens", "num_decode_tokens"})),
+    ("csv", frozenset({"prompt_tokens", "output_tokens"})),
+)
+
+
 def get_format(name: str) -> TraceFormat:
     """The format called ``name``; SpecError listing the known names otherwise."""
     key = name.strip().lower()
@@ -82,7 +91,9 @@ def get_format(name: str) -> TraceFormat:
 
 
 def detect_format(path: str) -> str:
-    """The format of ``path`` judged from its first line (header or first JSON object)."""
+    """The format of ``path`` judged from its first line (header or first JSON object). A first
+    line with only some of a format's telling names picks that format, whose reader then names
+    what is missing. Raises TraceError (listing the known formats) when nothing fits."""
     head = read_head(path)
     first = next((line.strip() for line in head.split(b"\n") if line.strip()), b"")
     known = ", ".join(FORMATS)
@@ -103,9 +114,10 @@ def detect_format(path: str) -> str:
         if isinstance(obj, dict) and "input_lens" in obj:
             return "vllm-bench"
         if isinstance(obj, dict):
-            if "hash_ids" in obj or {"input_length", "output_length"} <= obj.keys():
+            # one telling key is enough: the reader then names any missing one with its line
+            if obj.keys() & {"hash_ids", "input_length", "output_length"}:
                 return "mooncake"
-            if "prompt_tokens" in obj:
+            if obj.keys() & {"prompt_tokens", "output_tokens"}:
                 return "budgettune"
         keys = ", ".join(obj) if isinstance(obj, dict) else type(obj).__name__
         raise TraceError(
@@ -115,14 +127,14 @@ def detect_format(path: str) -> str:
         )
     header = read_csv_header(head, path)
     names = {name.lower() for name in header.names}
-    if {"timestamp", "contexttokens", "generatedtokens"} <= names:
-        return "azure"
-    if {"request tokens", "response tokens"} <= names:
-        return "burstgpt"
-    if {"num_prefill_tokens", "num_decode_tokens"} <= names:
-        return "vidur"
-    if {"prompt_tokens", "output_tokens"} <= names:
-        return "csv"
+    for name, columns in _CSV_SIGNATURES:
+        if columns <= names:
+            return name
+    # a header with some of one format's telling columns: that format's reader names the
+    # missing one ("missing column 'GeneratedTokens'") instead of "cannot tell the format"
+    partial = [name for name, columns in _CSV_SIGNATURES if columns & names - {"timestamp"}]
+    if len(partial) == 1:
+        return partial[0]
     raise TraceError(
         f"cannot tell the format from the header {','.join(header.names)!r}; "
         f"known formats: {known}",

@@ -67,7 +67,8 @@ class TraceStats:
     """What ``budgettune trace inspect`` shows. Time fields are None for a lengths-only trace;
     ``interarrival_cv`` (std / mean of the gaps, 1 for Poisson) needs at least two gaps.
     ``prompt_share_above``: fraction of prompts longer than each budget. ``shared_prefix_share``:
-    fraction of requests with a shared prefix, None when the format does not record prefixes."""
+    fraction of requests with a shared prefix, None when the format does not record prefixes;
+    ``shared_prefix_token_share``: the shared tokens' fraction of all prompt tokens."""
 
     requests: int
     span_s: float | None
@@ -92,6 +93,7 @@ class TraceStats:
             "output_tokens": self.output_tokens.to_json(),
             "prompt_share_above": {str(budget): share for budget, share in self.prompt_share_above},
             "shared_prefix_share": self.shared_prefix_share,
+            "shared_prefix_token_share": self.shared_prefix_token_share,
         }
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from budgettune.errors import SpecError, TraceError
 from budgettune.trace.formats import detect_format, get_format
-from budgettune.trace.schema import LoadReport, RawRows, Trace
+from budgettune.trace.schema import IntArray, LoadReport, RawRows, Trace, plural
 
 ON_LONG = ("clip", "drop", "error")
 
@@ -34,8 +34,8 @@ def load_trace(
     """Read ``path`` (format detected from content unless ``format`` names one; ``columns``
     implies the plain ``csv`` format).
 
-    Requests with prompt + output above ``max_model_len`` are clipped (output first to
-    max_model_len - 1, then the prompt to what is left), dropped, or refused (``on_long``).
+    Requests with prompt + output above ``max_model_len`` are clipped (see
+    :func:`clip_to_context`), dropped, or refused (``on_long``).
     Raises TraceError (file:line, field) for bad content, SpecError for bad option values.
     """
     name = str(path)
@@ -56,7 +56,7 @@ def load_trace(
 
     for reason, count in rows.skipped:
         if count:
-            warn(f"{name}: skipped {count:,} rows with {reason}")
+            warn(f"{name}: skipped {plural(count, 'row')} with {reason}")
     zero_output = rows.output == 0
     if zero_output.any():
         # nothing to decode: such a request cannot be replayed with its length
@@ -64,7 +64,7 @@ def load_trace(
         rows.skipped.append(("zero output tokens", count))
         first = rows.where(int(np.argmax(zero_output)), rows.output_field)
         where = f"line {first['line']}" if first["line"] is not None else first["field"]
-        warn(f"{name}: skipped {count:,} rows with zero output tokens (first at {where})")
+        warn(f"{name}: skipped {plural(count, 'row')} with zero output tokens (first at {where})")
         rows.keep(~zero_output)
     if len(rows.prompt) == 0:
         skipped = sum(count for _, count in rows.skipped)
@@ -153,11 +153,26 @@ def _apply_max_model_len(
                 f"every request exceeds --max-model-len {max_model_len}; nothing left", path=path
             )
         return 0, count
-    rows.output = np.minimum(rows.output, max_model_len - 1)
-    rows.prompt = np.minimum(rows.prompt, max_model_len - rows.output)
+    rows.prompt, rows.output = clip_to_context(rows.prompt, rows.output, max_model_len)
     if rows.prefix_tokens is not None:
         rows.prefix_tokens = np.minimum(rows.prefix_tokens, rows.prompt)
     return count, 0
+
+
+def clip_to_context(
+    prompt: IntArray, output: IntArray, max_model_len: int
+) -> tuple[IntArray, IntArray]:
+    """Fit each (prompt, output) into ``max_model_len`` tokens as a serving engine would see it.
+    A prompt that fits (at most max_model_len - 1 tokens) is kept and the output cut to the
+    context left (the engine stops generating there). A prompt that does not fit is cut to what
+    the output, itself at most max_model_len - 1, leaves. Rows that fit are unchanged."""
+    fits = prompt < max_model_len
+    output = np.where(
+        fits,
+        np.minimum(output, max_model_len - prompt),
+        np.minimum(output, max_model_len - 1),
+    )
+    return np.minimum(prompt, max_model_len - output), output
 
 
 def _order(rows: RawRows, path: str, strict: bool, warn: Warn) -> int:
@@ -178,13 +193,13 @@ def _order(rows: RawRows, path: str, strict: bool, warn: Warn) -> int:
         )
         if strict:
             raise TraceError(
-                f"{message}; {count:,} rows out of order",
+                f"{message}; {plural(count, 'row')} out of order",
                 path=path,
                 **where,
                 hint="sort the file by time, or drop --strict to have it sorted on load",
             )
         at = f"{path}:{where['line']}" if where["line"] is not None else f"{path} {where['field']}"
-        warn(f"{at}: {message}; {count:,} rows out of order, sorted by time")
+        warn(f"{at}: {message}; {plural(count, 'row')} out of order, sorted by time")
         order = np.argsort(arrival, kind="stable")
         rows.keep(order)
         arrival = rows.arrival_s

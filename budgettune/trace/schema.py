@@ -17,6 +17,11 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
 
+def plural(count: int, noun: str) -> str:
+    """``"1 row"``, ``"2 rows"``, ``"1,234 requests"``: a count with its noun."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
 @dataclass(slots=True, frozen=True)
 class TraceRequest:
     """One request of a trace. ``arrival_s`` is None for a lengths-only trace; prefix_group -1
@@ -143,9 +148,11 @@ class LoadReport:
 
     def summary(self) -> str:
         """One line for terminals: "1,234 requests (azure); skipped 3 rows with ...; clipped 2"."""
-        parts = [f"{self.requests:,} requests ({self.format})"]
+        parts = [f"{plural(self.requests, 'request')} ({self.format})"]
         parts += [
-            f"skipped {count:,} rows with {reason}" for reason, count in self.skipped if count
+            f"skipped {plural(count, 'row')} with {reason}"
+            for reason, count in self.skipped
+            if count
         ]
         if self.out_of_order:
             parts.append(f"sorted {self.out_of_order:,} out-of-order timestamps")

@@ -37,6 +37,8 @@ def synthesize(
     shared, like a system prompt."""
     if arrivals not in ("poisson", "gamma"):
         raise SpecError(f"--arrivals: synthetic traces use poisson or gamma, not {arrivals!r}")
+    if burstiness != 1.0 and arrivals != "gamma":
+        raise SpecError(f"--burstiness: applies to --arrivals gamma only, not {arrivals}")
     if prefix_groups < 0 or prefix_tokens < 0:
         raise SpecError("--prefix-groups / --prefix-tokens: must not be negative")
     if (prefix_groups > 0) != (prefix_tokens > 0):

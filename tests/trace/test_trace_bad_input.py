@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from budgettune.cli import app
 from budgettune.errors import SpecError, TraceError
-from budgettune.trace.load import load_trace
+from budgettune.trace.load import clip_to_context, load_trace
 
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 ROW1 = "2023-11-16 18:15:46.6805900,374,44\n"
@@ -105,7 +105,7 @@ CASES = {
             "field 'TIMESTAMP'",
             "goes backwards by",
             "earlier than line 3",
-            "1 rows out of order",
+            "1 row out of order",
         ],
     ),
     "empty file": ("j.csv", "", {}, ["j.csv:", "empty file"]),
@@ -178,9 +178,9 @@ def test_on_long_clip_and_drop_count_in_the_summary(tmp_path: Path) -> None:
     path = write(tmp_path / "m.csv", AZURE_HEADER + ROW1 + ROW2 + ROW3)
     trace, report = load_trace(path, max_model_len=400, on_long="clip")
     assert report.clipped == 2 and report.dropped == 0
-    # output kept (it fits), prompt cut to what is left of the context
-    assert trace.output_tokens.tolist() == [44, 109, 10]
-    assert trace.prompt_tokens.tolist() == [356, 291, 100]
+    # the prompts fit: kept whole, the outputs cut to the context they leave
+    assert trace.prompt_tokens.tolist() == [374, 396, 100]
+    assert trace.output_tokens.tolist() == [26, 4, 10]
     assert "clipped 2 longer than max-model-len 400" in report.summary()
     trace, report = load_trace(path, max_model_len=300, on_long="clip")
     assert (trace.prompt_tokens + trace.output_tokens).max() <= 300
@@ -188,6 +188,17 @@ def test_on_long_clip_and_drop_count_in_the_summary(tmp_path: Path) -> None:
     assert report.dropped == 2 and trace.prompt_tokens.tolist() == [100]
     assert trace.arrival_s is not None and trace.arrival_s.tolist() == [0.0]
     assert "dropped 2" in report.summary()
+
+
+def test_clip_keeps_a_prompt_that_fits_and_cuts_one_that_does_not() -> None:
+    prompt = np.array([100, 3000, 5000, 5000, 4096, 10], dtype=np.int64)
+    output = np.array([5000, 2000, 50, 9000, 7, 20], dtype=np.int64)
+    clipped_prompt, clipped_output = clip_to_context(prompt, output, 4096)
+    # a prompt that fits stays whole (the engine stops generating at the context); a prompt
+    # that does not is cut to what its output (at most 4095) leaves; the last row fits as is
+    assert clipped_prompt.tolist() == [100, 3000, 4046, 1, 4089, 10]
+    assert clipped_output.tolist() == [3996, 1096, 50, 4095, 7, 20]
+    assert ((clipped_prompt + clipped_output) <= 4096).all() and (clipped_output >= 1).all()
 
 
 def test_zero_output_rows_are_skipped_and_counted(tmp_path: Path) -> None:

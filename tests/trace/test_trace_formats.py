@@ -127,8 +127,8 @@ def test_burstgpt_skips_zero_rows_and_says_how_many(tmp_path: Path) -> None:
         "zero response tokens (failed requests)": 1,
         "zero request tokens": 1,
     }
-    assert any("skipped 1 rows with zero response tokens" in w for w in warnings)
-    assert "skipped 1 rows with zero response tokens" in report.summary()
+    assert any("skipped 1 row with zero response tokens" in w for w in warnings)
+    assert "skipped 1 row with zero response tokens" in report.summary()
 
 
 def test_vidur_with_and_without_arrivals(tmp_path: Path) -> None:
@@ -202,6 +202,58 @@ def test_plain_csv_with_budgettune_column_names_is_detected(tmp_path: Path) -> N
 )
 def test_detection_from_content(tmp_path: Path, name: str, text: str, expected: str) -> None:
     assert detect_format(write(tmp_path / name, text)) == expected
+
+
+FIXTURES = {
+    "azure": (AZURE_2023, 4),
+    "azure-2024": (AZURE_2024, 3),
+    "mooncake": (MOONCAKE, 4),
+    "burstgpt": (BURSTGPT, 3),
+    "vidur": (VIDUR, 3),
+    "vidur-lengths": (VIDUR_LENGTHS, 2),
+    "vllm-bench": (json.dumps(VLLM_BENCH), 2),
+    "budgettune": (BUDGETTUNE, 3),
+    "csv": ("arrival_s,prompt_tokens,output_tokens\n0,5,6\n1.5,7,8\n", 2),
+}
+
+
+@pytest.mark.parametrize("fixture", sorted(FIXTURES))
+def test_each_format_by_name_and_gzipped_reads_as_detected(tmp_path: Path, fixture: str) -> None:
+    text, rows = FIXTURES[fixture]
+    name = fixture.split("-lengths")[0].replace("azure-2024", "azure")
+    detected, _ = load_trace(write(tmp_path / "trace.dat", text))
+    named, _ = load_trace(tmp_path / "trace.dat", format=name.upper())
+    (tmp_path / "trace.gz").write_bytes(gzip.compress(text.encode()))
+    gzipped, _ = load_trace(tmp_path / "trace.gz")
+    assert detected.format == named.format == gzipped.format == name
+    for trace in (named, gzipped):
+        assert len(trace) == len(detected) == rows
+        np.testing.assert_array_equal(trace.prompt_tokens, detected.prompt_tokens)
+        np.testing.assert_array_equal(trace.output_tokens, detected.output_tokens)
+        if detected.arrival_s is None:
+            assert trace.arrival_s is None
+        else:
+            np.testing.assert_array_equal(trace.arrival_s, detected.arrival_s)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.6805900,374\n", "'GeneratedTokens'"),
+        ("Timestamp,Model,Request tokens\n5,ChatGPT,472\n", "'Response tokens'"),
+        ("num_prefill_tokens,x\n5,6\n", "'num_decode_tokens'"),
+        ("arrival_s,prompt_tokens\n0,5\n", "'output_tokens'"),
+        ('{"timestamp": 0, "input_length": 5}\n', "field 'output_length'"),
+        ('{"arrival_s": 0, "output_tokens": 5}\n', "field 'prompt_tokens'"),
+    ],
+)
+def test_a_format_with_a_missing_column_is_named_not_unknown(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    with pytest.raises(TraceError) as error:
+        load_trace(write(tmp_path / "t.txt", text))
+    assert message in str(error.value) and "t.txt:1:" in str(error.value)
+    assert "cannot tell the format" not in str(error.value)
 
 
 def test_format_option_overrides_detection_and_unknown_names_are_listed(tmp_path: Path) -> None:

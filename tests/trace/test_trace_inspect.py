@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import gzip
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -84,6 +88,11 @@ def test_inspect_json_keys(tmp_path: Path) -> None:
         "output_tokens",
     }
     assert issue_keys <= document.keys()
+    # and the other figures the table shows, documented in traces/README.md
+    extra = {"prompt_share_above", "shared_prefix_share", "shared_prefix_token_share"}
+    assert set(document) == issue_keys | extra
+    assert set(document["prompt_share_above"]) == {"512", "2048", "8192"}
+    assert document["shared_prefix_share"] is None  # Azure records no prefixes
     assert set(document["prompt_tokens"]) == {"mean", "p50", "p90", "p99", "max"}
     assert set(document["output_tokens"]) == {"mean", "p50", "p90", "p99", "max"}
     assert document["requests"] == 19_366
@@ -98,3 +107,26 @@ def test_inspect_table_and_histograms() -> None:
     assert "2,734.5" in result.output
     assert "1,024-2,047" in result.output and "█" in result.output
     assert "prompt tokens" in result.output and "output tokens" in result.output
+
+
+def test_installed_command_reads_gzip_with_a_format_override(tmp_path: Path) -> None:
+    text = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+    text += "5,ChatGPT,472,18,490,Conversation log\n45,ChatGPT,1087,0,1087,Conversation log\n"
+    text += "118,GPT-4,417,276,693,API log\n"
+    path = tmp_path / "burst.bin"  # no telling suffix: gzip by its magic bytes
+    path.write_bytes(gzip.compress(text.encode()))
+    exe = Path(sys.executable).with_name("budgettune")
+    command = [str(exe)] if exe.exists() else [sys.executable, "-m", "budgettune"]
+    for extra in ([], ["--format", "burstgpt"]):
+        done = subprocess.run(
+            [*command, "trace", "inspect", str(path), "--json", *extra],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "COLUMNS": "200"},
+        )
+        assert done.returncode == 0, done.stderr
+        document = json.loads(done.stdout)
+        assert document["requests"] == 2 and document["span_s"] == 113.0
+        # the failed BurstGPT row is skipped and counted on stderr
+        assert "skipped 1 row with zero response tokens" in done.stderr

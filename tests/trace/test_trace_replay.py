@@ -157,6 +157,9 @@ def test_lengths_only_trace_needs_a_rate() -> None:
         (ReplayOptions(arrivals="poisson", rate_per_s=1, time_scale=2), "--time-scale"),
         (ReplayOptions(rate_per_s=1, time_scale=2), "--rate and --time-scale"),
         (ReplayOptions(window_s=(100.0, 200.0)), "no requests arrive in"),
+        # a burstiness the chosen arrivals would silently ignore
+        (ReplayOptions(burstiness=0.5), "--burstiness: applies to --arrivals gamma only"),
+        (ReplayOptions(arrivals="poisson", rate_per_s=1, burstiness=0.5), "not poisson"),
     ],
 )
 def test_contradictory_options(options: ReplayOptions, message: str) -> None:

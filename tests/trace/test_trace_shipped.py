@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import subprocess
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -45,3 +46,27 @@ def test_shipped_traces_have_their_documented_shape() -> None:
     assert rag.prompt_tokens.min() >= 1000 and rag.prompt_tokens.max() <= 30_000
     # gamma arrivals with burstiness 0.5 are burstier than Poisson
     assert rag_stats.interarrival_cv is not None and rag_stats.interarrival_cv > 1.2
+
+
+def test_readme_lists_the_public_traces_and_ships_none_of_them() -> None:
+    readme = (TRACES / "README.md").read_text()
+    table = readme[readme.index("## Public traces you can download") :]
+    for row_start, fmt, licence in (
+        ("| Azure LLM inference trace 2023", "`azure`", "CC-BY 4.0"),
+        ("| Azure LLM inference trace 2024", "`azure`", "CC-BY 4.0"),
+        ("| Mooncake", "`mooncake`", "Apache 2.0"),
+        ("| BurstGPT", "`burstgpt`", "CC-BY 4.0"),
+    ):
+        row = next(line for line in table.splitlines() if line.startswith(row_start))
+        assert fmt in row and licence in row, row
+    # the repository ships only what the project generates itself (and its script and README)
+    listed = subprocess.run(
+        ["git", "ls-files", "traces"], cwd=TRACES.parent, capture_output=True, text=True
+    )
+    if listed.returncode == 0 and listed.stdout.strip():
+        shipped = {Path(line).name for line in listed.stdout.split()}
+        assert shipped == {"README.md", "regenerate.sh", "chat.jsonl", "rag.jsonl"}
+    # the commands the README shows are the ones the script runs
+    shown = " ".join(readme.split("```bash")[1].split("```")[0].replace("\\\n", " ").split())
+    for args in synth_commands():
+        assert " ".join(["budgettune", *args]) in shown

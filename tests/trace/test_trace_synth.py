@@ -88,6 +88,11 @@ def test_synth_errors() -> None:
         app, ["trace", "synth", "--rate", "1", "-o", "/nonexistent/dir/x.jsonl", "--requests", "3"]
     )
     assert result.exit_code == 2 and "cannot write" in result.output
+    result = CliRunner().invoke(
+        app, ["trace", "synth", "--rate", "1", "--requests", "3", "--burstiness", "0.5", "-o", "-"]
+    )
+    assert result.exit_code == 2
+    assert "--burstiness: applies to --arrivals gamma only, not poisson" in result.output
 
 
 def test_traffic_from_a_trace_with_options(tmp_path: Path) -> None:
@@ -109,7 +114,9 @@ def test_traffic_from_a_trace_with_options(tmp_path: Path) -> None:
     assert set(poisson.schedule.prompt_tokens.tolist()) <= set(range(100, 110))
     clipped = traffic_from_options(trace=path, max_model_len="110", on_long="clip")
     assert clipped.report is not None and clipped.report.clipped == 4  # prompts 106..109 + 5
-    assert clipped.schedule.prompt_tokens.max() == 105
+    # the prompts fit the context: kept whole, the outputs cut to what is left
+    assert clipped.schedule.prompt_tokens.tolist() == list(range(100, 110))
+    assert clipped.schedule.output_tokens.tolist() == [5] * 6 + [4, 3, 2, 1]
 
 
 def test_traffic_without_a_trace_is_synthetic() -> None:
