@@ -67,6 +67,34 @@ def test_iteration_json_matches_model() -> None:
     assert doc["prefill_tokens"] == 768 and doc["tokens"] == 800
 
 
+def test_serialized_mode_adds_the_decode_kv_read(budgettune_cmd: list[str]) -> None:
+    # 2048 prompt tokens and 64 decodes are compute-bound (~58 ms of FLOPs against ~9 ms of
+    # bytes), so the overlapped variant hides the decodes' KV read and the serialized one adds
+    # it: 64 x 1000 tokens x 131,072 B / (0.8 x 3.35 TB/s) = 3.1301 ms.
+    args = ["roofline", "--prefill", "2048", "--decodes", "64", "--context", "1000", "--json"]
+    docs = {}
+    for mode in ("overlapped", "serialized"):
+        result = run(budgettune_cmd, *args, "--mode", mode)
+        assert result.returncode == 0, result.stderr
+        docs[mode] = json.loads(result.stdout)
+        assert docs[mode]["mode"] == mode and docs[mode]["compute_bound"]
+    kv_read_ms = 64 * 1000 * 131_072 / (0.8 * 3.35e12) * 1e3
+    difference_ms = docs["serialized"]["step_ms"] - docs["overlapped"]["step_ms"]
+    assert difference_ms == pytest.approx(kv_read_ms, rel=1e-9)
+
+
+def test_long_decode_contexts_make_an_iteration_memory_bound() -> None:
+    # 500 tokens (above the 221-token ridge) but 200 decodes at context 100,000 read 2.6 TB of
+    # KV cache (978 ms) against ~18 ms of FLOPs: memory-bound, whatever the token count says.
+    args = ["roofline", "--prefill", "300", "--decodes", "200", "--context", "100000"]
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert doc["tokens"] == 500 and not doc["compute_bound"]
+    assert doc["step_ms"] == pytest.approx(984.6, abs=0.1)
+    assert "memory-bound" in " ".join(runner.invoke(app, args).output.split())
+
+
 def test_chunking_json_shape_and_ordering() -> None:
     result = runner.invoke(
         app, ["roofline", "--prompt", "4096", "--chunk-sizes", "128,256,512,2048", "--json"]

@@ -327,6 +327,8 @@ def test_bad_input_one_line_exit_2(args: list[str], needle: str) -> None:
         (["--rate", "-1"], "--rate: must be a positive number, got -1.0"),
         (["--slo-ttft", "1sec", "--goodput"], "--slo-ttft: cannot read '1sec'"),
         (["--gpu", "h900"], "--gpu: unknown GPU preset 'h900'"),
+        (["--model", "nope"], "--model: 'nope' is neither a preset"),
+        (["--slo-tbt", "50mss"], "--slo-tbt: cannot read '50mss' as a duration"),
         (["--prompt-dist", "lognormal:sigma=1"], "--prompt-dist: 'lognormal:sigma=1': lognormal"),
     ],
 )

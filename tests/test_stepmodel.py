@@ -85,3 +85,16 @@ def test_chunking_below_ridge_costs_more() -> None:
     assert small.overhead_pct > large.overhead_pct > 0
     # the last chunk of 500 at offset 500: FLOPs 2e9*500 + 1e6*(250,000 + 125,000) = 1.375e12
     assert large.step_s[1] == pytest.approx(1e-3 + 13.75e-3)
+
+
+def test_compute_bound_compares_the_roofline_terms_not_token_counts() -> None:
+    overlapped = StepModel(**ROUND, mode="overlapped")
+    serialized = StepModel(**ROUND, mode="serialized")
+    assert overlapped.compute_bound([(1000, 0)])  # 25 ms of FLOPs against a 2 ms weight read
+    assert not overlapped.compute_bound([], [1000] * 4)  # 0.12 ms against 2.4 ms
+    # 301 tokens, three times the 100-token ridge, beside a decode at context 100,000:
+    # FLOPs 2e9*301 + 1e6*(300^2/2 + 100,000) = 7.47e11 (7.47 ms); weights 2 ms, KV 10 ms.
+    chunks, contexts = [(300, 0)], [100_000]
+    assert not overlapped.compute_bound(chunks, contexts)  # 7.47 ms < 2 + 10 ms
+    assert serialized.compute_bound(chunks, contexts)  # 7.47 ms > 2 ms; the KV read adds after
+    assert serialized.iteration_time_s(chunks, contexts) == pytest.approx(1e-3 + 7.47e-3 + 10e-3)

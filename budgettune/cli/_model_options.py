@@ -31,10 +31,16 @@ GPU_NAME = typer.Option(
     "Ignored when --peak-tflops, --bandwidth-tbs and --memory-gb describe a custom GPU.",
 )
 PEAK_TFLOPS = typer.Option(
-    None, "--peak-tflops", help="Custom GPU: peak dense bf16 TFLOP/s (with the two below)."
+    None,
+    "--peak-tflops",
+    help="Custom GPU: peak dense bf16 TFLOP/s (with the two below; unset by default: --gpu).",
 )
-BANDWIDTH_TBS = typer.Option(None, "--bandwidth-tbs", help="Custom GPU: memory bandwidth, TB/s.")
-MEMORY_GB = typer.Option(None, "--memory-gb", help="Custom GPU: memory size, GB.")
+BANDWIDTH_TBS = typer.Option(
+    None, "--bandwidth-tbs", help="Custom GPU: memory bandwidth, TB/s (unset by default)."
+)
+MEMORY_GB = typer.Option(
+    None, "--memory-gb", help="Custom GPU: memory size, GB (unset by default)."
+)
 DTYPE = typer.Option(
     "bfloat16", "--dtype", help="Weight and KV-cache dtype (bytes per element from it)."
 )
@@ -68,7 +74,7 @@ PROFILE = typer.Option(
     help="A profile JSON from `budgettune profile` (or one shipped in profiles/): its calibrated "
     "step-time model replaces --model, --dtype, --tensor-parallel, the efficiency flags, "
     "--overhead-ms and --mode. The KV cache is sized on the GPU preset the profile names, "
-    "else on --gpu.",
+    "else on --gpu. Unset by default: the analytic presets.",
 )
 
 

@@ -30,14 +30,15 @@ def roofline(
         [],
         "--prefill",
         help="A prompt chunk in the iteration: N tokens, or N@OFFSET for a chunk "
-        "starting after OFFSET cached tokens. Repeatable.",
+        "starting after OFFSET cached tokens. Repeatable; none by default.",
     ),
     decodes: int = typer.Option(0, "--decodes", help="Decoding requests in the iteration (count)."),
-    context: int = typer.Option(
-        0, "--context", help="Context length of each decode, tokens (default 0)."
-    ),
+    context: int = typer.Option(0, "--context", help="Context length of each decode, tokens."),
     prompt: int | None = typer.Option(
-        None, "--prompt", help="Prompt length, tokens: compare prefilling it at --chunk-sizes."
+        None,
+        "--prompt",
+        help="Prompt length, tokens: compare prefilling it at --chunk-sizes (unset by default: "
+        "one iteration of --prefill/--decodes instead).",
     ),
     chunk_sizes: str = typer.Option(
         "128,256,512,1024,2048",

@@ -37,9 +37,9 @@ def iteration_report(
     model: StepModel, chunks: list[PrefillChunk], decodes: int, context_tokens: int
 ) -> dict[str, Any]:
     """The JSON document for one iteration: its time and what makes it up."""
-    step_s = model.iteration_time_s(
-        [(c.tokens, c.offset) for c in chunks], [context_tokens] * decodes
-    )
+    prompt_chunks = [(c.tokens, c.offset) for c in chunks]
+    contexts = [context_tokens] * decodes
+    step_s = model.iteration_time_s(prompt_chunks, contexts)
     prefill_tokens = sum(c.tokens for c in chunks)
     return {
         "ridge_tokens": model.ridge_tokens,
@@ -48,7 +48,7 @@ def iteration_report(
         "decodes": decodes,
         "context_tokens": context_tokens,
         "tokens": prefill_tokens + decodes,
-        "compute_bound": prefill_tokens + decodes >= model.ridge_tokens,
+        "compute_bound": model.compute_bound(prompt_chunks, contexts),
         "mode": model.mode,
     }
 

@@ -108,10 +108,36 @@ class StepModel:
         decode_contexts: Iterable[int] = (),
     ) -> float:
         """Time of one iteration holding prompt chunks ``(n, offset)`` and decodes at contexts c."""
-        tokens = pairs = prefixes = 0.0
-        for n, offset in chunks:
-            tokens += n
-            pairs += n * offset + n * n / 2.0
-            prefixes += offset
-        contexts = list(decode_contexts)
-        return self.step_time_s(tokens, pairs, prefixes, len(contexts), float(sum(contexts)))
+        return self.step_time_s(*_aggregates(chunks, decode_contexts))
+
+    def compute_bound(
+        self,
+        chunks: Iterable[tuple[int, int]] = (),
+        decode_contexts: Iterable[int] = (),
+    ) -> bool:
+        """Whether the FLOPs term wins the roofline's max for this iteration: compute time at
+        least the memory time it is compared with (weights and every KV read when overlapped;
+        weights and the prompt chunks' prefixes when serialized). Token count alone cannot
+        tell: long decode contexts make an iteration above the ridge memory-bound."""
+        tokens, pairs, prefixes, decodes, contexts = _aggregates(chunks, decode_contexts)
+        flops = 2.0 * self.params * (tokens + decodes) + self.attention_flops_per_pair * (
+            pairs + contexts
+        )
+        memory_bytes = self.weight_bytes + self.kv_bytes_per_token * prefixes
+        if self.mode != "serialized":
+            memory_bytes += self.kv_bytes_per_token * contexts
+        return flops / self.flops_per_s >= memory_bytes / self.bytes_per_s
+
+
+def _aggregates(
+    chunks: Iterable[tuple[int, int]], decode_contexts: Iterable[int]
+) -> tuple[float, float, float, int, float]:
+    """(prompt tokens, attention pairs, cached prefixes, decodes, decode contexts) of chunks
+    ``(n, offset)`` and decode contexts, as :meth:`StepModel.step_time_s` takes them."""
+    tokens = pairs = prefixes = 0.0
+    for n, offset in chunks:
+        tokens += n
+        pairs += n * offset + n * n / 2.0
+        prefixes += offset
+    contexts = list(decode_contexts)
+    return tokens, pairs, prefixes, len(contexts), float(sum(contexts))

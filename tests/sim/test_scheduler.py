@@ -23,8 +23,21 @@ requests_st = st.lists(
     min_size=1,
     max_size=16,
 )
+
+
+def _config(aligned: bool, **kwargs: object) -> SchedulerConfig:
+    """Block-aligned chunks when asked and the budget allows them (a whole number of blocks,
+    as vLLM requires), else plain chunks."""
+    config = SchedulerConfig(**kwargs)  # type: ignore[arg-type]
+    budget, block = config.budget_tokens, config.block_size
+    if aligned and budget is not None and budget % block == 0:
+        return SchedulerConfig(**kwargs, block_aligned_chunks=True)  # type: ignore[arg-type]
+    return config
+
+
 config_st = st.builds(
-    SchedulerConfig,
+    _config,
+    aligned=st.booleans(),
     budget_tokens=st.sampled_from([None, 8, 16, 33, 64, 128, 512]),
     kv_capacity_blocks=st.integers(14, 80),
     max_num_seqs=st.integers(1, 10),
@@ -89,9 +102,13 @@ def test_invariants_hold_on_random_workloads(
             assert plan.decodes == len(decoding)
         if plan.decodes:
             assert plan.decode_context_tokens == sum(kv_tokens[r] + 1 for r in decoding)
-        # Chunks continue exactly where the request's prefill stands.
+        # Chunks continue exactly where the request's prefill stands; block-aligned, a chunk
+        # that does not finish its prefill (prompt + tokens emitted before a preemption) is
+        # whole KV blocks.
         for rid, n, offset in plan.chunks:
             assert n > 0 and offset == prefilled[rid]
+            if config.block_aligned_chunks and offset + n < requests[rid][1] + emitted[rid]:
+                assert n % config.block_size == 0, (n, config.block_size)
             prefilled[rid] += n
             kv_tokens[rid] = prefilled[rid]
             prompt_work[rid] += n
@@ -121,6 +138,7 @@ def test_invariants_hold_on_random_workloads(
         iteration += 1
     assert not sched.has_work and sched.kv_used_blocks == 0 and sched.num_running == 0
     event(f"preempted: {bool(preempted)}, aborted: {bool(aborted)}")
+    event(f"block-aligned: {config.block_aligned_chunks}")
     for rid in added:
         _, prompt, output, _ = requests[rid]
         if rid in aborted:

@@ -1,0 +1,68 @@
+"""`roofline --help` and `simulate --help` state every option's unit and default (issue 2)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from budgettune.cli import app
+
+# The traffic options shared with replay, sweep and trace synth (cli/_trace_options.py) are
+# checked with the trace commands; simulate's own traffic defaults (--rate, --requests,
+# --arrivals, --output-dist) are checked here.
+SHARED_TRAFFIC = {
+    "--trace", "--format", "--columns", "--burstiness", "--time-scale", "--window",
+    "--duration", "--max-model-len", "--on-long", "--strict", "--seed", "--prompt-dist",
+}  # fmt: skip
+# Options that name a thing rather than measure one.
+NAMES = {"--model", "--gpu", "--dtype", "--mode", "--profile", "--output", "--arrivals"}
+UNIT = re.compile(
+    r"tokens|\bms\b|TB/s|\bGB\b|TFLOP/s|\b0-1\b|\bcount\b|requests/s|\bGPUs\b|e\.g\. \d+m?s\b"
+)
+DEFAULT = re.compile(r"\bdefault\b|\bunset\b|without it", re.IGNORECASE)
+
+
+def _options(command: str) -> list[typer.core.TyperOption]:
+    group = typer.main.get_command(app)
+    assert isinstance(group, typer.core.TyperGroup)
+    params = group.commands[command].params
+    return [p for p in params if isinstance(p, typer.core.TyperOption)]
+
+
+@pytest.mark.parametrize("command", ["roofline", "simulate"])
+def test_every_option_states_its_unit_and_default(command: str) -> None:
+    checked = 0
+    for option in _options(command):
+        name = option.opts[0]
+        if option.is_flag or name in SHARED_TRAFFIC:
+            continue  # flags are off unless given
+        checked += 1
+        text = option.help or ""
+        assert name in NAMES or UNIT.search(text), f"{name}: no unit in {text!r}"
+        shown = option.default is not None and option.default != [] and option.show_default
+        assert shown or DEFAULT.search(text), f"{name}: no default in {text!r}"
+    assert checked >= 15
+
+
+@pytest.mark.parametrize("command", ["roofline", "simulate"])
+def test_defaults_are_rendered_in_help(command: str) -> None:
+    result = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "240"})
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())
+    for needle in (
+        "[default: llama-3.1-8b]", "[default: h100-sxm]", "[default: 0.6]", "[default: 0.8]",
+        "[default: 0.5]", "[default: overlapped]", "[default: bfloat16]",
+    ):  # fmt: skip
+        assert needle in text, needle
+    if command == "simulate":
+        for needle in (
+            "[default: 256,512,1024,2048,8192,none]", "[default: 256]", "[default: 0.9]",
+            "[default: 16]", "[default: 50ms]", "[default: 1s]", "default 16 without --trace",
+            "default 2000 without --trace",
+        ):  # fmt: skip
+            assert needle in text, needle
+    else:
+        assert "[default: 128,256,512,1024,2048]" in text
