@@ -24,9 +24,10 @@ def _read_csv(path: str, roles: dict[str, str], optional: frozenset[str] = froze
             if role in optional:
                 continue
             raise TraceError(
-                f"missing column {name!r}; the header has: {', '.join(header.names)}",
+                f"missing column; the header has: {', '.join(header.names)}",
                 path=path,
                 line=header.line,
+                field=name,
             )
         index[role] = found
     names = {role: header.names[j] for role, j in index.items()}

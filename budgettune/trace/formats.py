@@ -131,7 +131,7 @@ def detect_format(path: str) -> str:
         if columns <= names:
             return name
     # a header with some of one format's telling columns: that format's reader names the
-    # missing one ("missing column 'GeneratedTokens'") instead of "cannot tell the format"
+    # missing one ("field 'GeneratedTokens': missing column") instead of "cannot tell the format"
     partial = [name for name, columns in _CSV_SIGNATURES if columns & names - {"timestamp"}]
     if len(partial) == 1:
         return partial[0]

@@ -32,7 +32,7 @@ CASES = {
         "a.csv",
         "TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.6805900,374\n",
         {"format": "azure"},
-        ["a.csv:1:", "missing column 'GeneratedTokens'", "TIMESTAMP, ContextTokens"],
+        ["a.csv:1:", "field 'GeneratedTokens': missing column", "TIMESTAMP, ContextTokens"],
     ),
     "non-numeric length": (
         "b.csv",
@@ -280,5 +280,5 @@ def test_installed_command_with_missing_column(tmp_path: Path) -> None:
         env={**os.environ, "COLUMNS": "200"},
     )
     assert done.returncode == 2
-    assert f"{path}:1: missing column 'out'; the header has: ts, in" in done.stderr
+    assert f"{path}:1: field 'out': missing column; the header has: ts, in" in done.stderr
     assert "Traceback" not in done.stderr

@@ -264,7 +264,7 @@ def test_format_option_overrides_detection_and_unknown_names_are_listed(tmp_path
         get_format("sharegpt")
     for name in FORMATS:
         assert name in str(error.value)
-    with pytest.raises(TraceError, match="missing column 'TIMESTAMP'"):
+    with pytest.raises(TraceError, match="field 'TIMESTAMP': missing column"):
         load_trace(path, format="azure")
 
 
