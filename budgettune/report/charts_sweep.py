@@ -312,7 +312,14 @@ def throughput_chart(sweep: SweepInput) -> Chart:
             " Goodput is the highest arrival rate at which both SLOs still hold: "
             "its peak marks the budget that carries the most traffic."
         )
-    return Chart("chart-throughput", "Throughput and goodput against budget", fig, caption)
+        title = "Throughput and goodput against budget"
+    else:
+        caption += (
+            " Goodput (the highest rate meeting both SLOs) was not searched: run with --goodput"
+            " to add it."
+        )
+        title = "Throughput against budget"
+    return Chart("chart-throughput", title, fig, caption)
 
 
 def survival(cdf: Cdf) -> np.ndarray:
@@ -351,12 +358,13 @@ def cdf_chart(sweep: SweepInput, metric: str) -> Chart | None:
         )
     style_layout(fig, x_title=f"{name} (ms, log)", y_title="fraction of samples at or above (log)")
     # Zero gaps (tokens of one merged chunk) would stretch a log axis over decades of nothing:
-    # start it at the 0.5th percentile of the budgets' samples.
-    low_ms = min(_value_at(cdf, 0.005) for _, cdf in with_cdf)
+    # start it at the 0.5th percentile of the budgets' positive samples (zeros sit off its left).
+    low_ms = min(_positive_value_at(cdf, 0.005) for _, cdf in with_cdf)
     high_ms = max(float(cdf.values_ms[-1]) for _, cdf in with_cdf)
     if slo is not None:
         low_ms, high_ms = min(low_ms, slo), max(high_ms, slo)
     low_ms = max(low_ms, 1e-3)
+    high_ms = max(high_ms, low_ms)  # all samples zero: still a valid log range
     fig.update_xaxes(type="log", range=[math.log10(low_ms / 1.5), math.log10(high_ms * 1.3)])
     tail = 1.0 - sweep.percentile / 100
     floor = min(float(survival(cdf)[-1]) for _, cdf in with_cdf)
@@ -383,10 +391,13 @@ def cdf_chart(sweep: SweepInput, metric: str) -> Chart | None:
     return Chart(f"chart-{metric}-cdf", f"{name} distribution per budget (tail)", fig, caption)
 
 
-def _value_at(cdf: Cdf, fraction: float) -> float:
-    """The smallest drawn value whose cumulative fraction reaches ``fraction``."""
-    index = int(np.searchsorted(cdf.fraction, fraction))
-    return float(cdf.values_ms[min(index, len(cdf.values_ms) - 1)])
+def _positive_value_at(cdf: Cdf, fraction: float) -> float:
+    """The smallest drawn value above zero whose cumulative fraction reaches ``fraction``
+    (the largest value when none is above zero)."""
+    values = cdf.values_ms
+    index = min(int(np.searchsorted(cdf.fraction, fraction)), len(values) - 1)
+    positive = np.flatnonzero(values[index:] > 0)
+    return float(values[index + positive[0]] if len(positive) else values[-1])
 
 
 def failures_chart(sweep: SweepInput) -> Chart:

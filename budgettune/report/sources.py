@@ -328,7 +328,7 @@ def provenance_from_results(
     if engine.get("name"):
         versions.append(("engine", f"{engine['name']} {engine.get('version') or ''}".strip()))
     python = _first(config, "python_version") or _first(results.hardware, "python")
-    versions.append(("python", str(python) if python else f"{platform.python_version()} (now)"))
+    versions.append(("python", python_text(python)))
     launch = engine.get("command")
     if isinstance(launch, list) and launch:
         versions.append(("engine command", shlex.join(str(a) for a in launch)))
@@ -346,6 +346,11 @@ def provenance_from_results(
         created=results.created_utc or None,
         files=tuple(files),
     )
+
+
+def python_text(recorded: object) -> str:
+    """The Python version the run recorded, else this one's, marked "(now)"."""
+    return str(recorded) if recorded else f"{platform.python_version()} (now)"
 
 
 def sha256_now(path: Path) -> str | None:

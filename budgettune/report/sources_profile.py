@@ -5,6 +5,7 @@ curve, P* with its band, tile probes and fit errors, into the report's profile s
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -20,6 +21,7 @@ from budgettune.report.inputs import (
     TileProbe,
     Verdict,
 )
+from budgettune.report.sources import python_text
 from budgettune.sim.stepmodel import StepModel
 
 
@@ -180,6 +182,8 @@ def profile_report(
             versions=(
                 ("budgettune", profile.budgettune_version),
                 ("engine", f"{profile.engine.name} {profile.engine.version or ''}".strip()),
+                ("python", python_text(profile.engine.settings.get("python_version"))),
+                *_engine_command(profile),
             ),
             hardware=(
                 ("hardware", f"{profile.hardware.kind}: {profile.hardware.name}"),
@@ -190,6 +194,14 @@ def profile_report(
         ),
         notes=notes,
     )
+
+
+def _engine_command(profile: Profile) -> tuple[tuple[str, str], ...]:
+    """The engine's launch command as the profile recorded it (none for torch and analytic)."""
+    command = profile.engine.settings.get("command")
+    if isinstance(command, list) and command:
+        return (("engine command", shlex.join(str(a) for a in command)),)
+    return ()
 
 
 def model_profile_input(

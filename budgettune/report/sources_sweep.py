@@ -33,6 +33,7 @@ from budgettune.report.sources import (
     as_mapping,
     as_number,
     percentiles_json,
+    python_text,
     read_json,
     reason_class,
     relative_path,
@@ -342,10 +343,13 @@ def _sweep_report(
                     str(doc.get("budgettune_version") or settings.get("budgettune_version") or "?"),
                 ),
                 *_engine_versions(by_budget),
+                ("python", python_text(settings.get("python_version"))),
             ),
             hardware=tuple((str(k), str(v)) for k, v in as_mapping(doc.get("hardware")).items()),
             trace=None if trace is None else str(trace),
-            trace_sha256=None if trace is None else sha256_now(Path(str(trace))),
+            trace_sha256=None
+            if trace is None
+            else (settings.get("trace_sha256") or sha256_now(Path(str(trace)))),
             files=tuple(files),
         ),
         notes=tuple(notes),

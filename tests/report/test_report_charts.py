@@ -4,6 +4,7 @@ CDFs are downsampled as promised."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -113,6 +114,16 @@ def test_throughput_chart_series_and_range() -> None:
     # the synthetic law: 4000 - 200000 / budget tokens/s, lowest at 256, highest at 8192
     assert "from 3,219 tokens/s (budget 256) to 3,976 tokens/s (budget 8192)" in chart.caption
     assert chart.figure.layout.yaxis.rangemode == "tozero"
+    assert chart.title == "Throughput and goodput against budget"
+
+
+def test_throughput_chart_without_goodput_does_not_promise_it() -> None:
+    sweep = rb.make_sweep()
+    points = tuple(dataclasses.replace(p, goodput_per_s=None) for p in sweep.points)
+    chart = throughput_chart(dataclasses.replace(sweep, points=points))
+    assert chart.title == "Throughput against budget"
+    assert not any("goodput" in (t.name or "") for t in chart.figure.data)
+    assert "run with --goodput" in chart.caption
 
 
 def test_cdf_chart_one_line_per_budget_drawn_as_its_tail() -> None:
@@ -131,6 +142,21 @@ def test_cdf_chart_one_line_per_budget_drawn_as_its_tail() -> None:
     assert _shapes_at(chart.figure, x=rb.SLO_TBT_MS)
     assert _shapes_at(chart.figure, y=0.01), "no p99 line at 1% above"
     assert cdf_chart(SweepInput(points=(BudgetPoint(512),)), "tbt") is None
+
+
+def test_cdf_axis_starts_at_the_positive_samples_not_at_zero_gaps() -> None:
+    """3% zero gaps (tokens of one merged chunk) must not stretch the log axis down to 1 us."""
+    rng = np.random.default_rng(0)
+    samples = np.concatenate([np.zeros(30), rng.uniform(5.0, 40.0, 970)])
+    cdf = cdf_from_samples(samples)
+    point = BudgetPoint(1024, tbt_cdf=cdf)
+    chart = cdf_chart(SweepInput(points=(point,), slo_tbt_ms=25.0), "tbt")
+    assert chart is not None
+    low_ms = 10 ** chart.figure.layout.xaxis.range[0]
+    assert 2.0 < low_ms < 5.0, low_ms  # 5 ms (smallest positive sample) / 1.5 margin
+    only_zeros = cdf_from_samples(np.zeros(10))
+    chart = cdf_chart(SweepInput(points=(BudgetPoint(512, tbt_cdf=only_zeros),)), "tbt")
+    assert chart is not None and 10 ** chart.figure.layout.xaxis.range[0] > 0
 
 
 def test_tail_reads_the_percentile() -> None:

@@ -15,9 +15,9 @@ from budgettune import metrics
 from budgettune.errors import UserError
 from budgettune.load.runner import LiveRecord
 from budgettune.pipeline.profile import ProfileConfig, run_profile
-from budgettune.pipeline.report import build_input, detect_kind
+from budgettune.pipeline.report import build_input, detect_kind, profile_page
 from budgettune.profile.fit import fit_ridge
-from budgettune.profile.schema import Probe, Profile
+from budgettune.profile.schema import EngineInfo, Probe, Profile
 from budgettune.records import RequestRecord
 from budgettune.report.sources import Slo, results_input, simulate_input
 from budgettune.report.sources_profile import profile_curve, profile_input
@@ -167,3 +167,14 @@ def test_analytic_profile_is_labelled_model_output(analytic: Profile) -> None:
     assert section.ridge_tokens == pytest.approx(analytic.ridge.knee_tokens)  # type: ignore[union-attr]
     assert [t.round_tokens for t in section.tile_probes] == [256, 512]
     assert section.fit_errors == {}  # the model fitting itself proves nothing
+
+
+def test_profile_provenance_names_python_and_the_engine_command(analytic: Profile) -> None:
+    assert "engine command" not in dict(profile_page(analytic).provenance.versions)
+    launch = ["vllm", "serve", "m", "--max-num-batched-tokens", "2304"]
+    measured = dataclasses.replace(
+        analytic, engine=EngineInfo("vllm", "0.9", {"command": launch, "python_version": "3.12"})
+    )
+    versions = dict(profile_page(measured).provenance.versions)
+    assert versions["engine command"] == "vllm serve m --max-num-batched-tokens 2304"
+    assert versions["python"] == "3.12"

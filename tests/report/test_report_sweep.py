@@ -4,8 +4,10 @@ from its folder and from its results.json alone."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import platform
 import re
 import subprocess
 from pathlib import Path
@@ -146,3 +148,20 @@ def test_real_sweep_page(sweep_run: Path, budgettune_cmd: list[str], tmp_path: P
     assert "../../" in copy and 'href="/' not in copy
     charts = [sorted(set(re.findall(r'id="(chart-[a-z-]+)"', text))) for text in (page, copy)]
     assert charts[0] == charts[1]
+
+
+def test_sweep_provenance_python_and_trace_checksum(partial_run: Path) -> None:
+    """Recorded values win; without them the page says the figure is of now, not of the run."""
+    trace = partial_run / "t.jsonl"
+    trace.write_text('{"prompt_tokens": 10, "output_tokens": 2}\n')
+    settings = json.loads((partial_run / "sweep.json").read_text())
+    (partial_run / "sweep.json").write_text(json.dumps({**settings, "trace": str(trace)}))
+    prov = build_input(partial_run).provenance
+    versions = dict(prov.versions)
+    assert versions["python"] == f"{platform.python_version()} (now)"
+    digest = hashlib.sha256(trace.read_bytes()).hexdigest()
+    assert prov.trace_sha256 == f"{digest} (of the file now at that path)"
+    recorded = {**settings, "trace": str(trace), "python_version": "3.12.1", "trace_sha256": "ab"}
+    (partial_run / "sweep.json").write_text(json.dumps(recorded))
+    prov = build_input(partial_run).provenance
+    assert dict(prov.versions)["python"] == "3.12.1" and prov.trace_sha256 == "ab"
