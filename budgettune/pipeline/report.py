@@ -52,8 +52,9 @@ class ReportOutcome:
     size_bytes: int
 
 
-def detect_kind(doc: Any) -> str:
-    """ "results", "profile" or "simulate" from a parsed JSON document; UserError otherwise."""
+def detect_kind(doc: Any, *, source: str = "report") -> str:
+    """ "results", "profile" or "simulate" from a parsed JSON document; UserError (naming
+    ``source``) otherwise."""
     if isinstance(doc, Mapping):
         if "probes" in doc and "model" in doc:
             return "profile"
@@ -61,7 +62,9 @@ def detect_kind(doc: Any) -> str:
             return "results"
         if isinstance(doc.get("points"), list) and "schema_version" not in doc:
             return "simulate"
-    raise UserError("report: cannot tell what this file is; expected one of: " + ", ".join(KINDS))
+    raise UserError(
+        f"{source}: cannot tell what this file is; expected one of: " + ", ".join(KINDS)
+    )
 
 
 def profile_page(
@@ -146,7 +149,7 @@ def build_input(source: Path, *, slo: Slo = Slo(), report_dir: Path | None = Non
     if not source.exists():
         raise UserError(f"report: {source}: no such file or folder")
     doc = read_json(source)
-    kind = detect_kind(doc)
+    kind = detect_kind(doc, source=f"report: {source}")
     if kind == "profile":
         loaded = profile_from_json(doc, source=str(source))
         return profile_page(loaded, profile_file=relative_path(source, report_dir))

@@ -46,7 +46,7 @@ def test_default_output_is_beside_the_source(tmp_path: Path) -> None:
         (["missing.json"], "no such file"),
         (["{bad}", "--slo-tbt", "50mss"], "--slo-tbt"),
         (["{bad}", "--percentile", "0"], "--percentile"),
-        (["{bad}"], "cannot tell what this file is"),
+        (["{bad}"], "bad.json: cannot tell what this file is"),
         (["{notjson}"], "cannot read JSON"),
     ],
 )
