@@ -68,8 +68,13 @@ def make_plan(
     and mixed probes are left out.
     """
     prefill = sorted({p for p in PREFILL_GRID if p <= max_tokens} | {max_tokens})
-    probes = [ProbeSpec("prefill", p) for p in prefill]
-    probes += [ProbeSpec("prefill", p, tag="tile") for p in TILE_PROBES if p <= max_tokens]
+    probes = []
+    for size in prefill:
+        probes.append(ProbeSpec("prefill", size))
+        # A tile probe right after its round neighbour: the two see the same machine (a drift
+        # in load between them would read as a tile effect).
+        if size + 1 in TILE_PROBES and size + 1 <= max_tokens:
+            probes.append(ProbeSpec("prefill", size + 1, tag="tile"))
     batches = sorted({b for b in DECODE_BATCHES if b <= max_batch} | {max_batch})
     usable_contexts = sorted({min(c, max_tokens) for c in contexts})
 

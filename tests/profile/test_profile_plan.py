@@ -55,6 +55,14 @@ def test_grid_respects_the_limits() -> None:
     prefill = [p.prompt_tokens for p in plan.series("prefill") if p.tag == ""]
     assert prefill == sorted({p for p in PREFILL_GRID if p <= 3000} | {3000})
     assert [p.prompt_tokens for p in plan.series("prefill") if p.tag == "tile"] == [257, 513]
+    # Each tile probe is measured right after its round neighbour, under the same load.
+    order = [(p.prompt_tokens, p.tag) for p in plan.series("prefill")]
+    for tile in (257, 513):
+        at = order.index((tile, "tile"))
+        assert order[at - 1] == (tile - 1, "")
+    assert (257, "tile") not in [
+        (p.prompt_tokens, p.tag) for p in make_plan(max_tokens=256, max_batch=4).probes
+    ]
     decode = plan.series("decode")
     assert {p.batch for p in decode} == {1, 2, 4, 8, 16, 32, 48}
     assert {p.context_tokens for p in decode} == {256, 1024, 3000}  # 4096 capped at max tokens
