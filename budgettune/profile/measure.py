@@ -124,7 +124,10 @@ def kv_capacity_from_metrics(text: str) -> int | None:
 
 class EngineTimer:
     """Launches one engine for the whole profile and times probe shapes through its API (an
-    :class:`~budgettune.profile.plan.IterationTimer`). Raises EngineError if it cannot start."""
+    :class:`~budgettune.profile.plan.IterationTimer`). Raises EngineError if it cannot start.
+
+    request_timeout_s: the profile's --probe-timeout; a stream silent that long fails its probe.
+    """
 
     request_overhead_series: tuple[str, ...] = ("prefill",)
 
@@ -214,6 +217,11 @@ class EngineTimer:
                 async for data in r.aiter_raw():
                     parser.feed(data, arrival_ns(r))
             parser.finish()
+        except httpx.TimeoutException as exc:
+            result.error = (
+                f"no answer within --probe-timeout {self._timeout_s:g} s "
+                f"({type(exc).__name__} after {result.tokens} tokens)"
+            )
         except httpx.HTTPError as exc:
             result.error = f"{type(exc).__name__} after {result.tokens} tokens"
 
@@ -391,7 +399,8 @@ class EngineTimer:
         while not condition():
             if time.monotonic() > deadline:
                 raise EngineError(
-                    f"probe {describe(spec)}: no progress in {self._timeout_s:g} s",
+                    f"probe {describe(spec)}: no progress within --probe-timeout "
+                    f"{self._timeout_s:g} s",
                     log_tail=self.handle.log_tail(5),
                 )
             await asyncio.sleep(POLL_S)

@@ -163,6 +163,30 @@ def test_probe_rejected_midway_saves_what_was_measured(
     assert result.stdout == ""
 
 
+def test_probe_timeout_on_the_engine_path_saves_what_was_measured(
+    budgettune_cmd: list[str], tmp_path: Path
+) -> None:
+    """At 40 times real time a prefill of 1024 tokens takes over a second: with --probe-timeout
+    1s its request times out, the message names the option, the smaller sizes are kept."""
+    out = tmp_path / "slow.json"
+    result = subprocess.run(
+        [*budgettune_cmd, "profile", "--engine", "sim", "--model", "llama-3.1-8b",
+         "--max-tokens", "2048", "--repeats", "1", "--probe-timeout", "1s",
+         "--engine-arg", "--time-scale 40", "-o", str(out)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    first = result.stderr.strip().splitlines()[0]
+    assert first.startswith("error: profile stopped early: probe prefill (prompt ")
+    assert "no answer within --probe-timeout 1 s" in first and f"saved to {out}" in first
+    partial = load_profile(out)
+    assert not partial.complete and partial.error and "--probe-timeout" in partial.error
+    sizes = [p.prompt_tokens for p in partial.probes]
+    assert sizes[0] == 32 and len(sizes) >= 5 and max(sizes) < 1024
+    assert out.with_suffix(".csv").is_file()
+    assert "Traceback" not in result.stderr
+
+
 def test_engine_that_cannot_start(budgettune_cmd: list[str], tmp_path: Path) -> None:
     result = subprocess.run(
         [*budgettune_cmd, "profile", "--engine", "sim", "--model", "llama-3.1-8b",
