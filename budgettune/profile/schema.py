@@ -310,8 +310,10 @@ def load_profile(path: Path | str) -> Profile:
 
 
 def write_curve_csv(profile: Profile, path: Path) -> None:
-    """One row per probe: shape, median, min, max, repeats and the fitted model's prediction."""
+    """One row per probe: shape, median, min, max, repeats, the fitted model's prediction and
+    where the times came from ("measured", or "model output" for an analytic profile)."""
     model = profile_step_model(profile) if profile.step is not None else None
+    source = "model output" if profile.kind == "analytic" else "measured"
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(
@@ -326,6 +328,7 @@ def write_curve_csv(profile: Profile, path: Path) -> None:
                 "max_ms",
                 "repeats",
                 "model_ms",
+                "source",
             ]
         )
         for probe in profile.probes:
@@ -349,6 +352,7 @@ def write_curve_csv(profile: Profile, path: Path) -> None:
                     f"{high * 1e3:.6g}",
                     len(probe.times_s),
                     predicted,
+                    source,
                 ]
             )
 
@@ -408,11 +412,19 @@ def match_gpu_preset(name: str) -> str | None:
 def detect_hardware(gpu_name: str = "auto") -> Hardware:
     """Describe this machine: GPUs from ``nvidia-smi`` where present, else the CPU model.
 
-    ``gpu_name`` other than "auto" overrides the detected name (e.g. a preset name).
+    ``gpu_name`` other than "auto" overrides the detected name (e.g. a preset name); the
+    driver and GPU count still come from ``nvidia-smi`` where present.
     """
-    if gpu_name.strip().lower() != "auto":
-        return Hardware("gpu", gpu_name, preset=match_gpu_preset(gpu_name))
     gpus = _nvidia_smi()
+    if gpu_name.strip().lower() != "auto":
+        driver = gpus[0][1] if gpus else None
+        return Hardware(
+            "gpu",
+            gpu_name,
+            count=max(len(gpus), 1),
+            driver=driver,
+            preset=match_gpu_preset(gpu_name),
+        )
     if gpus:
         name, driver = gpus[0]
         return Hardware("gpu", name, count=len(gpus), driver=driver, preset=match_gpu_preset(name))

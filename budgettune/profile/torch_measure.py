@@ -168,6 +168,13 @@ class TorchTimer:
             # each other, so one descheduled thread stalls the whole pass.
             torch.set_num_threads(threads)
         self.device = resolve_device(torch, device)
+        if not self.device.startswith("cuda") and gpu_name.strip().lower() != "auto":
+            # The profile records the hardware that ran it: a CPU run is not a GPU's.
+            raise SpecError(
+                f"--gpu: {gpu_name!r} names a GPU, but torch runs on the CPU here "
+                f"(--device {device})",
+                hint="leave --gpu at auto for a CPU profile, or use --device cuda",
+            )
         self.dtype = resolve_dtype(dtype, self.device)
         config_dict = model_config(source, shape)
         transformers.AttentionInterface.register(ATTENTION_NAME, _varlen_attention)
@@ -212,7 +219,7 @@ class TorchTimer:
         kv_bytes *= torch.finfo(getattr(torch, self.dtype)).bits // 8
         budget = torch.cuda.mem_get_info()[0] // 2 if self._cuda else TORCH_CPU_KV_BYTES
         self.kv_capacity_tokens: int | None = int(budget // kv_bytes)
-        if self._cuda or gpu_name.strip().lower() != "auto":
+        if self._cuda:
             self.hardware = detect_hardware(gpu_name)
         else:
             self.hardware = Hardware("cpu", cpu_model(), count=1)

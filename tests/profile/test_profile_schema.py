@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from budgettune.pipeline.profile import ProfileConfig, run_profile
 from budgettune.profile.analytic import prefill_knee_tokens
 from budgettune.profile.schema import (
     SCHEMA_VERSION,
+    Hardware,
     detect_hardware,
     load_profile,
     match_gpu_preset,
@@ -87,7 +89,9 @@ def test_curve_csv_beside_the_json(tmp_path: Path) -> None:
     assert max(int(r["prompt_tokens"]) for r in rows) == 1024
     tile = [r for r in rows if r["tag"] == "tile"]
     assert {int(r["prompt_tokens"]) for r in tile} == {257, 513}
-    # Analytic: the model column is the same model that made the "measurement".
+    # Analytic: the model column is the same model that made the "measurement", and each row
+    # says so.
+    assert {r["source"] for r in rows} == {"model output"}
     for row in rows:
         assert float(row["model_ms"]) == pytest.approx(float(row["median_ms"]), rel=1e-5)
 
@@ -164,8 +168,26 @@ def test_shipped_profiles_load_and_are_labelled(path: Path) -> None:
         mode=profile.step.mode if profile.step else "overlapped",
     )
     assert model == expected
-    assert path.with_suffix(".csv").is_file()
+    with path.with_suffix(".csv").open() as handle:
+        assert {row["source"] for row in csv.DictReader(handle)} == {"model output"}
 
 
 def test_the_llama_h100_profile_ships() -> None:
     assert (REPO / "profiles" / "llama-3.1-8b_h100-sxm.json").is_file()
+
+
+def test_hardware_from_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An nvidia-smi on PATH (a script standing in for the GPU's): name, driver and count are
+    read from it, and a --gpu-name label keeps its driver and count."""
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text(
+        "#!/bin/sh\nrow='NVIDIA H100 80GB HBM3, 550.54.15'\nprintf '%s\\n%s\\n' \"$row\" \"$row\"\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    assert detect_hardware("auto") == Hardware(
+        "gpu", "NVIDIA H100 80GB HBM3", count=2, driver="550.54.15", preset="h100-sxm"
+    )
+    assert detect_hardware("lab box 7") == Hardware(
+        "gpu", "lab box 7", count=2, driver="550.54.15", preset=None
+    )

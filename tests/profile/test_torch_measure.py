@@ -3,6 +3,7 @@ are measured and fitted."""
 
 from __future__ import annotations
 
+import csv
 import math
 import sys
 from pathlib import Path
@@ -135,7 +136,8 @@ def test_profile_torch_tiny_model_on_cpu(tiny_config: Path, tmp_path: Path) -> N
     assert profile.ridge is not None and profile.ridge.reason
     assert outcome.summary is not None
     assert load_profile(tmp_path / "tiny.json") == profile
-    assert (tmp_path / "tiny.csv").is_file()
+    with (tmp_path / "tiny.csv").open() as handle:
+        assert {row["source"] for row in csv.DictReader(handle)} == {"measured"}
     assert profile.elapsed_s < 60
 
 
@@ -155,6 +157,8 @@ def test_bad_device_and_dtype(tiny_config: Path) -> None:
     shape = resolve_model(str(tiny_config))
     with pytest.raises(SpecError, match="--device"):
         TorchTimer(str(tiny_config), shape, device="tpu")
+    with pytest.raises(SpecError, match="--gpu: 'h100-sxm' names a GPU, but torch runs on the CPU"):
+        TorchTimer(str(tiny_config), shape, device="cpu", gpu_name="h100-sxm")
     with pytest.raises(SpecError, match="--dtype"):
         resolve_dtype("float64x", "cpu")
     assert resolve_dtype("auto", "cuda") == "bfloat16"
