@@ -57,8 +57,9 @@ def profile(
         None,
         "-o",
         "--output",
-        help="Profile JSON to write (a CSV of the raw curve and an HTML report go beside it). "
-        "Default profiles/<model>_<hardware>[_<engine>].json.",
+        help="Profile JSON to write (a CSV of the raw curve and an HTML report go beside it), "
+        "or an existing folder to write <model>_<hardware>[_<engine>].json/.csv and report.html "
+        "into. Default profiles/<model>_<hardware>[_<engine>].json, no report.",
     ),
     max_batch: int = typer.Option(
         256, "--max-batch", help="Largest decode batch probed, sequences (default 256)."
@@ -165,7 +166,7 @@ def profile(
             bar.update(task, description=series, completed=done, total=planned)
 
         outcome = run_profile(config, progress=on_progress)
-    report_path = _write_report(outcome) if output is not None else None
+    report_path = _write_report(outcome, output) if output is not None else None
     if as_json:
         print_json({**_json_document(outcome), "report": report_path and str(report_path)})
         return
@@ -174,13 +175,17 @@ def profile(
         console.print(f"report: {report_path}", highlight=False)
 
 
-def _write_report(outcome: ProfileOutcome) -> Path | None:
-    """With -o, the HTML report beside the profile JSON (issue 8: every -o writes its report)."""
+def _write_report(outcome: ProfileOutcome, output_dir: Path | None = None) -> Path | None:
+    """With -o, the HTML report beside the profile JSON (issue 8: every -o writes its report):
+    report.html in an -o folder, else the JSON's name with .html."""
     if outcome.json_path is None:
         return None
     from budgettune.pipeline.report import run_report  # plotly loads only when a report is due
 
-    return run_report(outcome.json_path, output=outcome.json_path.with_suffix(".html")).path
+    page = outcome.json_path.with_suffix(".html")
+    if output_dir is not None and output_dir.is_dir():
+        page = output_dir / "report.html"
+    return run_report(outcome.json_path, output=page).path
 
 
 def _json_document(outcome: ProfileOutcome) -> dict[str, Any]:

@@ -184,6 +184,8 @@ def run_profile(
     else:
         profile = _measured(config, shape, created, progress, timer_factory or build_timer)
     path = config.output or default_output(profile)
+    if path.is_dir():  # -o DIR: the default file name inside it
+        path = path / default_output(profile).name
     csv_path = save_profile(profile, path)
     if not profile.complete:
         raise EngineError(

@@ -136,3 +136,23 @@ def test_simulate_results_rebuilt_as_predictions(tmp_path: Path, budgettune_cmd:
     assert "One measurement" not in page  # not mistaken for a replay
     for chart_id in ("chart-tbt-vs-budget", "chart-tbt-cdf", "chart-ttft-cdf"):
         assert f'id="{chart_id}"' in page
+
+
+def test_profile_into_an_existing_folder_writes_its_report(
+    tmp_path: Path, budgettune_cmd: list[str]
+) -> None:
+    """`profile -o DIR`, like every other command's -o: the profile and report.html inside."""
+    out = tmp_path / "prof"
+    out.mkdir()
+    args = ["profile", "--engine", "analytic", "--model", "llama-3.1-8b", "--gpu", "h100-sxm"]
+    done = subprocess.run(
+        [*budgettune_cmd, *args, "-o", str(out)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "llama-3.1-8b_h100-sxm.csv",
+        "llama-3.1-8b_h100-sxm.json",
+        "report.html",
+    ]
+    page = (out / "report.html").read_text()
+    assert 'id="chart-profile"' in page and '<a href="llama-3.1-8b_h100-sxm.json">' in page
