@@ -38,15 +38,26 @@ def parse_duration_s(text: str, *, option: str = "duration", default_unit: str =
 
 
 _TOKENS_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kKmM]?)\s*$")
+_DECIMAL_SCALE = {"": 1, "k": 1000, "m": 1_000_000}
+_BINARY_SCALE = {"K": 1024, "M": 1024 * 1024}
 
 
 def parse_tokens(text: str, *, option: str = "tokens") -> int:
-    """Parse "512", "8k", "1M" into a whole number of tokens. SI prefixes: "8k" is 8000."""
+    """Parse "512", "8k", "8K" into a whole number of tokens, as vLLM reads its own flags
+    (``human_readable_int``): lower case is decimal ("8k" is 8000, "1m" a million), upper case
+    binary ("8K" is 8192, "1M" is 1,048,576), so ``--budgets 8K`` means the budget vLLM's
+    ``--max-num-batched-tokens 8K`` would."""
     match = _TOKENS_RE.match(str(text))
     if not match:
-        raise SpecError(f"{option}: cannot read {text!r} as a token count; write e.g. 512 or 8k")
-    scale = {"": 1, "k": 1000, "K": 1000, "m": 1_000_000, "M": 1_000_000}[match.group(2)]
-    value = float(match.group(1)) * scale
+        raise SpecError(f"{option}: cannot read {text!r} as a token count; write e.g. 512 or 8K")
+    number, suffix = match.groups()
+    if suffix in _BINARY_SCALE and "." in number:
+        raise SpecError(
+            f"{option}: {text!r}: no decimals with the binary suffix {suffix} "
+            f"(did you mean {number}{suffix.lower()}?)"
+        )
+    scale = _BINARY_SCALE.get(suffix) or _DECIMAL_SCALE[suffix]
+    value = float(number) * scale
     if value != int(value):
         raise SpecError(f"{option}: {text!r} is not a whole number of tokens")
     return int(value)

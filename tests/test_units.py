@@ -37,6 +37,12 @@ def test_bad_durations_name_option_and_value(text: str) -> None:
 def test_tokens_and_lists() -> None:
     assert parse_tokens("512") == 512
     assert parse_tokens("8k") == 8000
+    # Upper case is binary, as vLLM reads --max-num-batched-tokens 8K (8192).
+    assert parse_tokens("8K") == 8192
+    assert parse_tokens("1M") == 1_048_576 and parse_tokens("1m") == 1_000_000
+    assert parse_tokens("25.6k") == 25_600
+    with pytest.raises(SpecError, match="no decimals with the binary suffix K"):
+        parse_tokens("1.5K", option="--budgets")
     assert parse_int_list("128, 256,512", option="--chunk-sizes") == [128, 256, 512]
     with pytest.raises(SpecError, match="--chunk-sizes"):
         parse_int_list("128,abc", option="--chunk-sizes")

@@ -8,10 +8,11 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperGroup, _click
 
 from budgettune import __version__
 from budgettune.cli._common import console_err, print_error
@@ -19,7 +20,36 @@ from budgettune.errors import BudgettuneError
 
 
 class _Group(TyperGroup):
-    """Turns budgettune's own errors into one line on stderr and their exit code, no traceback."""
+    """Turns budgettune's own errors into one line on stderr and their exit code, no traceback;
+    and the option parser's errors (``--rate abc``, an unknown option) into the same one line,
+    where typer would draw a boxed usage message."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        argv = list(sys.argv[1:] if args is None else args)
+        try:
+            result = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+        except _click.exceptions.ClickException as error:
+            console_err.print(
+                f"[bold red]error:[/bold red] {usage_error_line(error, argv)}",
+                highlight=False,
+                soft_wrap=True,
+            )
+            sys.exit(error.exit_code)
+        except typer.Abort:
+            console_err.print("[yellow]aborted[/yellow]")
+            sys.exit(1)
+        # Without standalone mode, click returns an Exit's code (``--help`` gives 0) or the
+        # command's return value; budgettune's commands return None.
+        sys.exit(result if isinstance(result, int) else 0)
 
     def invoke(self, ctx: Any) -> Any:
         try:
@@ -30,6 +60,29 @@ class _Group(TyperGroup):
         except KeyboardInterrupt:
             console_err.print("[yellow]interrupted[/yellow]")
             raise typer.Exit(130) from None
+
+
+def usage_error_line(error: Any, argv: Sequence[str]) -> str:
+    """One line for a parser error, naming the option and the value it could not take."""
+    command = error.ctx.command_path if getattr(error, "ctx", None) else "budgettune"
+    see = f"(see '{command} --help')"
+    opts = getattr(getattr(error, "param", None), "opts", None) or []
+    value = _value_given(opts, argv) if opts and error.message else None
+    if value is None:
+        return f"{error.format_message()} {see}"
+    return f"{max(opts, key=len)}: got {value!r}: {error.message} {see}"
+
+
+def _value_given(opts: Sequence[str], argv: Sequence[str]) -> str | None:
+    """The text the user gave an option (``--rate abc`` or ``--rate=abc``), last one wins."""
+    value = None
+    for index, word in enumerate(argv):
+        for opt in opts:
+            if word == opt and index + 1 < len(argv):
+                value = argv[index + 1]
+            elif word.startswith(opt + "="):
+                value = word[len(opt) + 1 :]
+    return value
 
 
 app = typer.Typer(

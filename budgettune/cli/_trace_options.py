@@ -37,20 +37,21 @@ TRACE = typer.Option(
     None,
     "--trace",
     help="Trace file to replay (format detected from content; .gz read transparently). "
-    "Replaces --prompt-dist/--output-dist.",
+    "Replaces --prompt-dist/--output-dist. Default: none (synthetic traffic).",
     rich_help_panel=PANEL,
 )
 FORMAT = typer.Option(
     None,
     "--format",
-    help=f"Trace format, when detection is not wanted: {', '.join(FORMATS)}.",
+    help=f"Trace format, when detection is not wanted: {', '.join(FORMATS)}. "
+    "Default: detected from content.",
     rich_help_panel=PANEL,
 )
 COLUMNS = typer.Option(
     None,
     "--columns",
     help="Columns of a plain CSV trace: arrival=COL,prompt=COL,output=COL "
-    "(also arrival_ms, prefix_group, prefix_tokens). Implies --format csv.",
+    "(also arrival_ms, prefix_group, prefix_tokens). Implies --format csv. Default: none.",
     rich_help_panel=PANEL,
 )
 ARRIVALS = typer.Option(
@@ -62,7 +63,8 @@ ARRIVALS = typer.Option(
 RATE = typer.Option(
     None,
     "--rate",
-    help="Mean arrival rate, requests/s. With recorded arrivals: rescale the trace to this rate.",
+    help="Mean arrival rate, requests/s. With recorded arrivals: rescale the trace to this rate. "
+    "Default: the trace's own rate; synthetic traffic: sweep 8, replay required.",
     rich_help_panel=PANEL,
 )
 BURSTINESS = typer.Option(
@@ -80,21 +82,30 @@ TIME_SCALE = typer.Option(
 WINDOW = typer.Option(
     None,
     "--window",
-    help="START:END slice of the trace by arrival time, e.g. 10m:20m or :300.",
+    help="START:END slice of the trace by arrival time, e.g. 10m:20m or :300 (a bare number is "
+    "seconds). Default: the whole trace.",
     rich_help_panel=PANEL,
 )
-REQUESTS = typer.Option(None, "--requests", help="Number of requests.", rich_help_panel=PANEL)
+REQUESTS = typer.Option(
+    None,
+    "--requests",
+    help="Number of requests. Default: the whole trace; synthetic traffic: sweep 240, replay "
+    "200; trace synth needs this or --duration.",
+    rich_help_panel=PANEL,
+)
 DURATION = typer.Option(
     None,
     "--duration",
-    help="Only requests sent before this, e.g. 60s or 10m.",
+    help="Only requests sent before this, e.g. 60s or 10m (a bare number is seconds). "
+    "Default: no limit.",
     rich_help_panel=PANEL,
 )
 MAX_MODEL_LEN = typer.Option(
     None,
     "--max-model-len",
-    help="Context limit in tokens (e.g. 8192 or 32k): trace requests with prompt + output above "
-    "it follow --on-long; synthetic ones are clipped (dropped with --on-long drop).",
+    help="Context limit in tokens (e.g. 8192 or 32K; K = 1024, k = 1000, as vLLM reads it): trace "
+    "requests with prompt + output above it follow --on-long; synthetic ones are clipped "
+    "(dropped with --on-long drop). Default: no limit.",
     rich_help_panel=PANEL,
 )
 ON_LONG = typer.Option(
@@ -113,13 +124,13 @@ SEED = typer.Option(0, "--seed", help="Seed of every random draw.", rich_help_pa
 PROMPT_DIST = typer.Option(
     None,
     "--prompt-dist",
-    help=f"Prompt length distribution without a trace (default {DEFAULT_PROMPT_DIST}).",
+    help=f"Prompt length distribution in tokens, without a trace (default {DEFAULT_PROMPT_DIST}).",
     rich_help_panel=PANEL,
 )
 OUTPUT_DIST = typer.Option(
     None,
     "--output-dist",
-    help=f"Output length distribution without a trace (default {DEFAULT_OUTPUT_DIST}).",
+    help=f"Output length distribution in tokens, without a trace (default {DEFAULT_OUTPUT_DIST}).",
     rich_help_panel=PANEL,
 )
 

@@ -50,7 +50,9 @@ def profile(
         help="GPU label or preset; auto reads nvidia-smi (analytic needs a preset, e.g. h100-sxm).",
     ),
     max_tokens: str = typer.Option(
-        "8192", "--max-tokens", help="Largest prefill probe, tokens (default 8192; '8k' = 8000)."
+        "8192",
+        "--max-tokens",
+        help="Largest prefill probe, tokens (default 8192; '8K' = 8192, '8k' = 8000).",
     ),
     repeats: int = typer.Option(5, "--repeats", help="Timed repeats of each probe (default 5)."),
     output: Path | None = typer.Option(

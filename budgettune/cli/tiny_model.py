@@ -26,7 +26,7 @@ def tiny_model(
 ) -> None:
     """Build a tiny random-weight Llama (4 layers, hidden 256, ~11 MB) with a locally trained
     byte-level BPE tokenizer, in a folder `vllm serve` and transformers load. Deterministic from
-    --seed. Needs `pip install 'budgettune[torch]'`.
+    --seed. Needs `pip install 'budgettune\\[torch]'`.
     """
     spec = TinyModelSpec(
         layers=layers,
