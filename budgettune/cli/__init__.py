@@ -30,13 +30,15 @@ class _Group(TyperGroup):
         prog_name: str | None = None,
         complete_var: str | None = None,
         standalone_mode: bool = True,
+        windows_expand_args: bool = True,
         **extra: Any,
     ) -> Any:
+        forward = dict(extra, windows_expand_args=windows_expand_args)
         if not standalone_mode:
-            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **forward)
         argv = list(sys.argv[1:] if args is None else args)
         try:
-            result = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+            result = super().main(argv, prog_name, complete_var, standalone_mode=False, **forward)
         except _click.exceptions.ClickException as error:
             console_err.print(
                 f"[bold red]error:[/bold red] {usage_error_line(error, argv)}",
