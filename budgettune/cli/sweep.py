@@ -28,6 +28,7 @@ from budgettune.cli import _trace_options as to
 from budgettune.cli import app
 from budgettune.cli._common import console, console_err, print_json, print_warning
 from budgettune.engine.base import EngineHandle, StartProgress
+from budgettune.engine.registry import engine_names
 from budgettune.errors import SpecError
 from budgettune.hardware import resolve_gpu
 from budgettune.sim.kvcache import kv_capacity_blocks
@@ -169,6 +170,12 @@ def sweep(
     if output is not None and resume is not None and output != resume:
         raise SpecError("--resume and -o name different folders; give one of them")
     engine_name, why = eo.resolve_auto_engine(engine, url, engine_cmd)
+    if engine_name not in engine_names():  # before any planning or run folder
+        raise SpecError(
+            f"--engine: unknown engine {engine!r}; known: auto, {', '.join(engine_names())}"
+        )
+    if engine_name == "external" and url is None:
+        raise SpecError("--url: the external engine needs the server's URL")
     if engine_name == "sim":
         model = model or "llama-3.1-8b"
         gpu = gpu or "h100-sxm"
@@ -388,6 +395,13 @@ def _point_line(point: dict[str, Any], config: SweepConfig) -> str:
     )
 
 
+def _goodput_cell(point: dict[str, Any]) -> str:
+    rate = point.get("goodput_rate")
+    if rate is None:
+        return "-"
+    return f">= {rate:.3g} (cap)" if point.get("goodput_capped") else f"{rate:.3g}"
+
+
 def _print_result(result: SweepResult, config: SweepConfig) -> None:
     p = f"p{config.percentile:g}"
     table = Table(
@@ -395,10 +409,16 @@ def _print_result(result: SweepResult, config: SweepConfig) -> None:
         f"{format_ms(config.slo_tbt_s)}, TTFT <= {format_ms(config.slo_ttft_s)})",
         box=box.SIMPLE_HEAD,
     )
-    for column in ("budget", "TBT ms", "TTFT ms", "tok/s", "failed", "verdict"):
+    columns = ["budget", "TBT ms", "TTFT ms", "tok/s", "failed", "verdict"]
+    if config.goodput:
+        columns.append("goodput req/s")
+    for column in columns:
         table.add_column(column, justify="right")
     measured = {int(pt["budget"]): pt for pt in result.points}
-    for budget in sorted({*result.predictions, *measured}):
+    shown = {*result.candidates.budgets, *measured}
+    if config.default_budget is not None:
+        shown.add(config.default_budget)
+    for budget in sorted(shown):
         prediction = result.predictions.get(budget)
         point = measured.get(budget)
         pred_tbt = _num(prediction.tbt_s * 1e3) if prediction else "-"
@@ -406,7 +426,8 @@ def _print_result(result: SweepResult, config: SweepConfig) -> None:
         label = str(budget) + (" (default)" if budget == config.default_budget else "")
         if point is None or point["status"] != "measured":
             status = "[dim]not run[/dim]" if point is None else f"[red]{point['status']}[/red]"
-            table.add_row(label, f"- / {pred_tbt}", f"- / {pred_ttft}", "-", "-", status)
+            cells = [label, f"- / {pred_tbt}", f"- / {pred_ttft}", "-", "-", status]
+            table.add_row(*cells, *(["-"] if config.goodput else []))
             continue
         summary = point["measured"]
         verdict = "[green]pass[/green]" if point["ok"] else "[red]fail[/red]"
@@ -419,6 +440,7 @@ def _print_result(result: SweepResult, config: SweepConfig) -> None:
             f"{summary['throughput_tokens_per_s'] or 0:,.0f}",
             str(summary["failed"]),
             verdict,
+            *([_goodput_cell(point)] if config.goodput else []),
         )
     console.print(table)
     rec = result.recommendation

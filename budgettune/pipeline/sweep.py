@@ -22,6 +22,7 @@ from budgettune.errors import EngineError
 from budgettune.load.runner import RunOptions, RunProgress, Target, run_schedule
 from budgettune.metrics import MetricsSummary, quantile, summarize, tbt_s, ttft_s
 from budgettune.pipeline.replay import ReplayConfig, run_replay
+from budgettune.report.engine_config import FixedSettings
 from budgettune.results import Results, load_results, save_results
 from budgettune.search import SLO, find_goodput
 from budgettune.sim.scheduler import SchedulerConfig
@@ -216,6 +217,14 @@ async def run_sweep(
         document=document,
         max_num_seqs=config.scheduler.max_num_seqs,
         served_model=config.served_model,
+        fixed=FixedSettings(
+            max_model_len=config.base_spec.max_model_len,
+            tensor_parallel_size=config.base_spec.tensor_parallel_size,
+            gpu_memory_utilization=config.base_spec.gpu_memory_utilization,
+            dtype=config.base_spec.dtype,
+        )
+        if config.served_model
+        else None,
     )
     files["results"] = save_results(_results(config, document, points), config.run_dir)
     from budgettune.pipeline.report import run_report  # plotly loads only when a page is written

@@ -9,7 +9,22 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+
+from budgettune.engine.sglang import MAX_PREFILL_TOKENS_DEFAULT
+
+
+@dataclass(frozen=True, slots=True)
+class FixedSettings:
+    """What else the sweep ran the engine with (None: left at the engine's default), so the
+    written config starts the engine the way it was measured. Prefix caching is not carried:
+    the sweep turns it off only to keep replays honest."""
+
+    max_model_len: int | None = None
+    tensor_parallel_size: int | None = None
+    gpu_memory_utilization: float | None = None
+    dtype: str | None = None
 
 
 def vllm_config(settings: Mapping[str, object]) -> str:
@@ -70,32 +85,73 @@ def vllm_settings(
     return settings
 
 
+def _vllm_fixed(fixed: FixedSettings) -> dict[str, object]:
+    return {
+        "max-model-len": fixed.max_model_len,
+        "tensor-parallel-size": fixed.tensor_parallel_size,
+        "gpu-memory-utilization": fixed.gpu_memory_utilization,
+        "dtype": fixed.dtype,
+    }
+
+
+def _sglang_fixed(fixed: FixedSettings) -> dict[str, object]:
+    return {
+        "context-length": fixed.max_model_len,
+        "tp-size": fixed.tensor_parallel_size,
+        "mem-fraction-static": fixed.gpu_memory_utilization,
+        "dtype": fixed.dtype,
+    }
+
+
 def sglang_settings(
-    *, budget_tokens: int | None, max_num_seqs: int, model: str | None = None
+    *,
+    budget_tokens: int | None,
+    max_num_seqs: int,
+    model: str | None = None,
+    extra: Mapping[str, object] | None = None,
 ) -> dict[str, object]:
     """The SGLang flags for the same choice (``--chunked-prefill-size -1`` disables chunking)."""
     settings: dict[str, object] = {}
     if model is not None:
         settings["model-path"] = model
     settings["chunked-prefill-size"] = -1 if budget_tokens is None else budget_tokens
+    if budget_tokens is not None and budget_tokens > MAX_PREFILL_TOKENS_DEFAULT:
+        settings["max-prefill-tokens"] = budget_tokens  # else SGLang cuts the budget silently
     settings["max-running-requests"] = max_num_seqs
+    settings.update(extra or {})
     return settings
 
 
 def write_engine_configs(
-    run_dir: Path, *, budget_tokens: int | None, max_num_seqs: int, model: str | None = None
+    run_dir: Path,
+    *,
+    budget_tokens: int | None,
+    max_num_seqs: int,
+    model: str | None = None,
+    fixed: FixedSettings | None = None,
 ) -> tuple[Path, Path]:
     """Write ``vllm.yaml`` and ``sglang.args`` into ``run_dir``; returns their paths."""
+    fixed = fixed or FixedSettings()
     vllm_path = run_dir / "vllm.yaml"
     sglang_path = run_dir / "sglang.args"
     vllm_path.write_text(
         vllm_config(
-            vllm_settings(budget_tokens=budget_tokens, max_num_seqs=max_num_seqs, model=model)
+            vllm_settings(
+                budget_tokens=budget_tokens,
+                max_num_seqs=max_num_seqs,
+                model=model,
+                extra=_vllm_fixed(fixed),
+            )
         )
     )
     sglang_path.write_text(
         sglang_args(
-            sglang_settings(budget_tokens=budget_tokens, max_num_seqs=max_num_seqs, model=model)
+            sglang_settings(
+                budget_tokens=budget_tokens,
+                max_num_seqs=max_num_seqs,
+                model=model,
+                extra=_sglang_fixed(fixed),
+            )
         )
     )
     return vllm_path, sglang_path

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from budgettune.report.engine_config import write_engine_configs
+from budgettune.report.engine_config import FixedSettings, write_engine_configs
 from budgettune.sweep.candidates import Candidates
 from budgettune.units import format_ms
 
@@ -67,7 +67,12 @@ def recommend(
                 f"Budget {pt['budget']}: {pt['status'].replace('_', ' ')} ({pt.get('error')})."
             )
     if passing:
-        best = passing[-1]
+        # The feasible interval ends below the smallest budget that broke TBT. A larger budget
+        # that passes anyway (usually the engine default) does so because few iterations fill
+        # it: its p99 hides long gaps, so it is reported, not recommended.
+        cliff = min((pt["budget"] for pt in measured if pt["tbt_ok"] is False), default=None)
+        inside = [pt for pt in passing if cliff is None or pt["budget"] < cliff]
+        best = inside[-1] if inside else passing[-1]
         headline = (
             f"Recommended: {best['budget']}. {p} TBT {_ms(best['tbt_ms'])} <= {slo_tbt}, "
             f"{p} TTFT {_ms(best['ttft_ms'])} <= {slo_ttft} at {rate_per_s:.3g} req/s."
@@ -77,9 +82,22 @@ def recommend(
             reasons.insert(0, f"{above[0]['budget']} {_breaks(above[0], p)}.")
         elif best["budget"] == max(candidates.budgets, default=best["budget"]):
             reasons.insert(0, "It is the largest candidate; larger budgets were not tried.")
-        reasons.extend(
-            _default_reason(measured, default_budget, best["budget"], slo_tbt_s, p, baseline_label)
-        )
+        if not inside:
+            reasons.insert(
+                0,
+                f"{cliff} breaks {p} TBT, yet the larger {best['budget']} meets it; no budget "
+                f"measured below {cliff} meets both SLOs.",
+            )
+        fragile = [pt for pt in passing if pt["budget"] > best["budget"]]
+        for pt in fragile:
+            reasons.append(_fragile_pass(pt, best["budget"], cliff, p, default_budget,
+                                         baseline_label))  # fmt: skip
+        if default_budget not in {pt["budget"] for pt in fragile}:
+            reasons.extend(
+                _default_reason(
+                    measured, default_budget, best["budget"], slo_tbt_s, p, baseline_label
+                )
+            )
         return Recommendation(best["budget"], headline, tuple(reasons + noise), None)
     tbt_fail = [pt for pt in measured if not pt["tbt_ok"]]
     ttft_fail = [pt for pt in measured if not pt["ttft_ok"]]
@@ -119,9 +137,37 @@ def recommend(
     return Recommendation(None, "No budget meets both SLOs at this load.", tuple(reasons), binding)
 
 
+def _fragile_pass(
+    point: dict[str, Any],
+    chosen: int,
+    cliff: int | None,
+    p: str,
+    default_budget: int | None,
+    label: str,
+) -> str:
+    """Why a passing budget above the answer (above a budget that broke TBT) is not chosen."""
+    budget = point["budget"]
+    name = f"{label} ({budget})" if budget == default_budget else str(budget)
+    worst = ((point.get("measured") or {}).get("tbt_ms") or {}).get("max")
+    tail = f", max {_ms(worst)}" if worst is not None else ""
+    return (
+        f"{name} meets both SLOs too ({p} TBT {_ms(point['tbt_ms'])}{tail}), but {cliff} below "
+        f"it breaks {p} TBT: few iterations fill {budget} with this traffic, so its {p} passes "
+        f"while its longest gaps do not; {chosen} is the safer choice."
+    )
+
+
+def _predicted_tbt_ms(point: dict[str, Any]) -> float | None:
+    value = (point.get("predicted") or {}).get("tbt_at_slo_ms")
+    return float(value) if isinstance(value, int | float) else None
+
+
 def _contradictions(measured: Sequence[dict[str, Any]], p: str) -> list[str]:
     """A warning when measurements break the interval the search assumes (TTFT only falls and
-    TBT only rises with the budget): the engine or the machine was noisy during the run."""
+    TBT only rises with the budget) and the simulator does not predict it: the engine or the
+    machine was noisy during the run. A TBT order the simulator predicts too comes from the
+    traffic and is explained by :func:`_fragile_pass` instead."""
+    by_budget = {pt["budget"]: pt for pt in measured}
     notes = []
     for slo, key in (("TTFT", "ttft_ok"), ("TBT", "tbt_ok")):
         bad = [pt["budget"] for pt in measured if pt[key] is False]
@@ -130,6 +176,13 @@ def _contradictions(measured: Sequence[dict[str, Any]], p: str) -> list[str]:
             clash = [(g, b) for b in bad for g in good if g < b]  # a smaller budget met TTFT
         else:
             clash = [(b, g) for b in bad for g in good if b < g]  # a larger budget met TBT
+            clash = [
+                (b, g)
+                for b, g in clash
+                if (low_ms := _predicted_tbt_ms(by_budget[b])) is None
+                or (high_ms := _predicted_tbt_ms(by_budget[g])) is None
+                or low_ms <= high_ms
+            ]
         if clash:
             low, high = clash[0]
             notes.append(
@@ -178,6 +231,7 @@ def write_outputs(
     document: dict[str, Any],
     max_num_seqs: int,
     served_model: str | None,
+    fixed: FixedSettings | None = None,
 ) -> dict[str, Path]:
     """recommendation.json always; vllm.yaml and sglang.args when a budget was chosen."""
     files = {"recommendation": run_dir / "recommendation.json"}
@@ -188,6 +242,7 @@ def write_outputs(
             budget_tokens=recommendation.budget_tokens,
             max_num_seqs=max_num_seqs,
             model=served_model,
+            fixed=fixed,
         )
         files["vllm"] = vllm_path
         files["sglang"] = sglang_path

@@ -269,3 +269,30 @@ def test_goodput_finds_each_verified_budgets_highest_rate(
     # every probe is a real replay on the one launched engine, with its figures kept
     assert all(p["ttft_p99_ms"] is not None for p in probes)
     assert all(p["met"] == (p["ttft_p99_ms"] <= 300 and p["tbt_p99_ms"] <= 46) for p in probes)
+    # the console table shows it, and only the asked budget (not the simulator's 2048 probe)
+    assert "goodput" in result.stdout
+    (row,) = [line for line in result.stdout.splitlines() if line.split()[:1] == ["1024"]]
+    assert row.split()[-1] == f"{rate:.3g}"
+    assert "not run" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("engine_args", "message"),
+    [
+        (["--engine", "foo"], "error: --engine: unknown engine 'foo'; known: auto, "),
+        (["--engine", "external"], "error: --url: the external engine needs the server's URL"),
+    ],
+    ids=["unknown", "external-without-url"],
+)
+def test_engine_mistakes_fail_before_planning(
+    budgettune_cmd: list[str], tmp_path: Path, engine_args: list[str], message: str
+) -> None:
+    run_dir = tmp_path / "never"
+    result = subprocess.run(
+        [*budgettune_cmd, "sweep", "--slo-tbt", "50ms", *engine_args, "-o", str(run_dir)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith(message), result.stderr
+    assert "candidates" not in result.stderr and "Traceback" not in result.stderr
+    assert not run_dir.exists(), "a mistake leaves no run folder behind"

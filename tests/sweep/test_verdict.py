@@ -58,3 +58,44 @@ def test_measurements_that_break_monotonicity_are_flagged() -> None:
     rec = choose([point(1024, 40, 500), point(1536, 45, 2700)], default=None)
     assert rec.budget_tokens == 1024
     assert any(r.startswith("Note: p99 TTFT does not move monotonically") for r in rec.reasons)
+
+
+def with_prediction(pt: dict, predicted_tbt_ms: float, max_tbt_ms: float | None = None) -> dict:
+    pt["predicted"] = {"tbt_at_slo_ms": predicted_tbt_ms}
+    if max_tbt_ms is not None:
+        pt["measured"] = {"tbt_ms": {"max": max_tbt_ms}}
+    return pt
+
+
+def test_a_default_passing_above_the_tbt_cliff_is_reported_not_recommended() -> None:
+    # The README's first command: 1792 breaks p99 TBT but the default 8192 passes, because few
+    # iterations fill 8192 with that traffic; the simulator predicts the same order.
+    rec = choose([
+        with_prediction(point(1536, 43.6, 263), 43.1),
+        with_prediction(point(1792, 50.3, 264), 50.4),
+        with_prediction(point(8192, 46.1, 261, "reference"), 47.4, max_tbt_ms=252.5),
+    ])  # fmt: skip
+    assert rec.budget_tokens == 1536
+    assert rec.reasons[0] == "1792 breaks p99 TBT (50.3 ms)."
+    assert rec.reasons[1].startswith(
+        "Your engine default (8192) meets both SLOs too (p99 TBT 46.1 ms, max 252 ms), but 1792 "
+        "below it breaks p99 TBT"
+    )
+    assert "1536 is the safer choice" in rec.reasons[1]
+    assert len(rec.reasons) == 2, "predicted by the simulator too: no note blaming noise"
+
+
+def test_an_unpredicted_tbt_reversal_is_still_flagged_as_noise() -> None:
+    rec = choose([
+        with_prediction(point(1024, 40, 500), 38),
+        with_prediction(point(1536, 55, 450), 45),
+        with_prediction(point(8192, 48, 400, "reference"), 200),
+    ])  # fmt: skip
+    assert rec.budget_tokens == 1024
+    assert any(r.startswith("Note: p99 TBT does not move monotonically") for r in rec.reasons)
+
+
+def test_only_passes_above_a_tbt_failure_still_recommend_the_largest() -> None:
+    rec = choose([point(512, 60, 500), point(8192, 45, 300, "reference")])
+    assert rec.budget_tokens == 8192
+    assert rec.reasons[0].startswith("512 breaks p99 TBT, yet the larger 8192 meets it")
