@@ -19,6 +19,7 @@ from rich.progress import (
     SpinnerColumn,
     TextColumn,
     TimeElapsedColumn,
+    TimeRemainingColumn,
 )
 from rich.table import Table
 
@@ -318,6 +319,7 @@ def _run_with_progress(config: SweepConfig, schedule_at: Any, schedule: Any) -> 
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        TimeRemainingColumn(),  # the replay's ETA
         console=console_err,
         transient=True,
         refresh_per_second=4,  # rendering holds the GIL: keep it rare beside the timing loop
