@@ -144,8 +144,19 @@ def after_warmup(records: Sequence[RequestRecord], warmup_requests: int = 0) -> 
 
 
 @dataclass(frozen=True, slots=True)
+class AtQuantile:
+    """TBT and TTFT at an SLO quantile other than the reported ones (``--percentile 95``),
+    seconds; TBT is nan when the run has no gap."""
+
+    quantile: float
+    tbt_s: float
+    ttft_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class MetricsSummary:
-    """All metrics of one run (seconds inside, milliseconds in JSON)."""
+    """All metrics of one run (seconds inside, milliseconds in JSON); ``at_quantile`` only when
+    :func:`summarize` was asked for an SLO quantile."""
 
     ttft_s: Percentiles
     tbt_s: Percentiles
@@ -154,6 +165,7 @@ class MetricsSummary:
     throughput_tokens_per_s: float
     completed: int
     failed: int
+    at_quantile: AtQuantile | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -171,10 +183,21 @@ class MetricsSummary:
         }
 
 
-def summarize(records: Sequence[RequestRecord], *, warmup_requests: int = 0) -> MetricsSummary:
-    """Every metric over the records left after dropping the first ``warmup_requests``."""
+def summarize(
+    records: Sequence[RequestRecord],
+    *,
+    warmup_requests: int = 0,
+    slo_quantile: float | None = None,
+) -> MetricsSummary:
+    """Every metric over the records left after dropping the first ``warmup_requests``; with
+    ``slo_quantile`` (0-1), also TBT and TTFT at that quantile."""
     kept = after_warmup(records, warmup_requests)
     failed = sum(1 for r in kept if not r.ok)
+    at = None
+    if slo_quantile is not None:
+        at = AtQuantile(
+            slo_quantile, quantile(tbt_s(kept), slo_quantile), quantile(ttft_s(kept), slo_quantile)
+        )
     return MetricsSummary(
         ttft_s=percentiles(ttft_s(kept)),
         tbt_s=percentiles(tbt_s(kept)),
@@ -183,4 +206,5 @@ def summarize(records: Sequence[RequestRecord], *, warmup_requests: int = 0) -> 
         throughput_tokens_per_s=throughput_tokens_per_s(kept),
         completed=len(kept) - failed,
         failed=failed,
+        at_quantile=at,
     )

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from budgettune.errors import SpecError
-from budgettune.metrics import MetricsSummary, Percentiles
+from budgettune.metrics import MetricsSummary, Percentiles, summarize
+from budgettune.records import RequestRecord
 from budgettune.search import SLO, find_goodput
 
 
@@ -85,3 +87,35 @@ def test_errors() -> None:
         find_goodput(lambda r: _summary(0, 0), SLO_50MS_1S, start_rate_per_s=-1.0)
     with pytest.raises(SpecError, match="--slo-tbt"):
         SLO(tbt_s=0.0, ttft_s=1.0)
+
+
+def test_slo_at_another_percentile_reads_that_quantile_of_the_samples() -> None:
+    # 100 requests: TTFT 0.01 .. 1.00 s, one 10 ms gap each, except 5 with a 200 ms gap.
+    records = [
+        RequestRecord(
+            request_id=i,
+            prompt_tokens=100,
+            output_tokens=2,
+            target_s=float(i),
+            sent_s=float(i),
+            token_times_s=np.asarray([i + (i + 1) / 100, i + (i + 1) / 100 + gap]),
+        )
+        for i, gap in enumerate([0.2 if i % 20 == 0 else 0.01 for i in range(100)])
+    ]
+    # p95 of the gaps: position 0.95 x 99 = 94.05 lies between the last of the 95 short gaps
+    # (index 94) and the first of the 5 long ones, so it interpolates to 10 + 0.05 x 190 ms.
+    summary = summarize(records, slo_quantile=0.95)
+    assert summary.at_quantile is not None
+    assert summary.at_quantile.ttft_s == pytest.approx(0.9505)
+    assert summary.at_quantile.tbt_s == pytest.approx(0.0195)
+    p95 = SLO(tbt_s=0.25, ttft_s=0.96, percentile=95)
+    assert p95.met_by(summary)
+    assert not SLO(tbt_s=0.25, ttft_s=0.95, percentile=95).met_by(summary)
+    # A 50 ms TBT SLO holds at p95 (19.5 ms) and breaks at p99 (200 ms), as does TTFT 0.96 s.
+    assert SLO(tbt_s=0.05, ttft_s=1.0, percentile=95).met_by(summary)
+    assert not SLO(tbt_s=0.05, ttft_s=1.0).met_by(summary)
+    assert not SLO(tbt_s=0.25, ttft_s=0.96).met_by(summary)
+    with pytest.raises(ValueError, match=r"quantile 0\.9\b"):
+        SLO(tbt_s=0.25, ttft_s=0.96, percentile=90).met_by(summary)
+    with pytest.raises(SpecError, match="--percentile"):
+        SLO(tbt_s=0.25, ttft_s=0.96, percentile=100)
