@@ -4,6 +4,7 @@ model, and print what they imply for the budget."""
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from budgettune.pipeline.profile import (
     run_profile,
     validate,
 )
-from budgettune.profile.schema import Profile, profile_to_json
+from budgettune.profile.schema import Profile, load_profile, profile_to_json
 from budgettune.sim.stepmodel import DEFAULT_BANDWIDTH_EFFICIENCY, DEFAULT_COMPUTE_EFFICIENCY
 from budgettune.units import format_ms, parse_duration_s, parse_int_list, parse_tokens
 
@@ -115,6 +116,13 @@ def profile(
     engine_cmd: str | None = eo.ENGINE_CMD,
     env: list[str] = eo.ENGINE_ENV,
     health_timeout: str | None = eo.HEALTH_TIMEOUT,
+    compare: list[Path] | None = typer.Option(
+        None,
+        "--with",
+        help="With -o: another profile JSON drawn beside this one in report.html (repeatable), "
+        "e.g. the torch profile of the same model. Default: none.",
+        show_default=False,
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document, no tables."),
 ) -> None:
     """Measure iteration time against tokens (prefill, decode, mixed), find the ridge P*,
@@ -122,6 +130,8 @@ def profile(
 
     Measured by vllm, sglang, sim (through their API) or torch (the model); analytic: presets.
     """
+    for path in compare or ():  # refuse a bad --with before minutes of measuring
+        load_profile(path, option="--with")
     config = ProfileConfig(
         model=model,
         engine=engine.strip().lower(),
@@ -168,7 +178,7 @@ def profile(
             bar.update(task, description=series, completed=done, total=planned)
 
         outcome = run_profile(config, progress=on_progress)
-    report_path = _write_report(outcome, output) if output is not None else None
+    report_path = _write_report(outcome, output, compare or ()) if output is not None else None
     if as_json:
         print_json({**_json_document(outcome), "report": report_path and str(report_path)})
         return
@@ -177,9 +187,11 @@ def profile(
         console.print(f"report: {report_path}", highlight=False)
 
 
-def _write_report(outcome: ProfileOutcome, output_dir: Path | None = None) -> Path | None:
+def _write_report(
+    outcome: ProfileOutcome, output_dir: Path | None = None, compare: Sequence[Path] = ()
+) -> Path | None:
     """With -o, the HTML report beside the profile JSON (issue 8: every -o writes its report):
-    report.html in an -o folder, else the JSON's name with .html."""
+    report.html in an -o folder, else the JSON's name with .html; ``compare`` drawn beside."""
     if outcome.json_path is None:
         return None
     from budgettune.pipeline.report import run_report  # plotly loads only when a report is due
@@ -187,7 +199,7 @@ def _write_report(outcome: ProfileOutcome, output_dir: Path | None = None) -> Pa
     page = outcome.json_path.with_suffix(".html")
     if output_dir is not None and output_dir.is_dir():
         page = output_dir / "report.html"
-    return run_report(outcome.json_path, output=page).path
+    return run_report(outcome.json_path, output=page, compare=compare).path
 
 
 def _json_document(outcome: ProfileOutcome) -> dict[str, Any]:

@@ -43,6 +43,13 @@ def report(
     percentile: float = typer.Option(
         99.0, "--percentile", help="Percentile the SLOs constrain (default 99; 99.9 also works)."
     ),
+    compare: list[Path] | None = typer.Option(
+        None,
+        "--with",
+        help="Another profile JSON whose curve is drawn beside SOURCE's (repeatable), e.g. the "
+        "torch profile of the model next to its vLLM one. SOURCE must be a profile. Default: none.",
+        show_default=False,
+    ),
 ) -> None:
     """Write one self-contained HTML page (charts embedded, opens offline) from results."""
     # plotly and the report package load here, not at CLI start-up
@@ -56,7 +63,7 @@ def report(
         ttft_ms=None if slo_ttft is None else parse_duration_s(slo_ttft, option="--slo-ttft") * 1e3,
         percentile=percentile,
     )
-    outcome = run_report(source, output=output, slo=slo)
+    outcome = run_report(source, output=output, slo=slo, compare=compare or ())
     console.print(
         f"report ({outcome.kind}, {len(outcome.chart_ids)} charts, "
         f"{outcome.size_bytes / 1e6:.1f} MB): {outcome.path}",

@@ -7,12 +7,12 @@ Accepts a replay's results.json (or its folder), a sweep run folder, a profile J
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from budgettune.errors import BudgettuneError, UserError
+from budgettune.errors import BudgettuneError, SpecError, UserError
 from budgettune.hardware import resolve_gpu, resolve_model
 from budgettune.pipeline.profile import summarize as profile_summary
 from budgettune.profile.schema import Profile, load_profile, profile_from_json
@@ -129,8 +129,18 @@ def sweep_profile(doc: Mapping[str, Any], run_dir: Path) -> ProfileInput | None:
     )
 
 
-def build_input(source: Path, *, slo: Slo = Slo(), report_dir: Path | None = None) -> ReportInput:
-    """Read ``source`` (file or folder) into the report's input. Raises UserError naming it."""
+def build_input(
+    source: Path,
+    *,
+    slo: Slo = Slo(),
+    report_dir: Path | None = None,
+    compare: Sequence[Path] = (),
+) -> ReportInput:
+    """Read ``source`` (file or folder) into the report's input; ``compare``: other profiles
+    drawn beside a profile source's curve (``--with``). Raises UserError naming the file."""
+    others = tuple(load_profile(path, option="--with") for path in compare)
+    if others and not _is_profile_file(source):
+        raise SpecError(f"--with: applies to a profile JSON source, and {source} is not one")
     if source.is_file() and source.name in (RECOMMENDATION_FILE, POINTS_FILE, SETTINGS_FILE):
         source = source.parent
     if is_sweep_folder(source):
@@ -152,7 +162,7 @@ def build_input(source: Path, *, slo: Slo = Slo(), report_dir: Path | None = Non
     kind = detect_kind(doc, source=f"report: {source}")
     if kind == "profile":
         loaded = profile_from_json(doc, source=str(source))
-        return profile_page(loaded, profile_file=relative_path(source, report_dir))
+        return profile_page(loaded, profile_file=relative_path(source, report_dir), others=others)
     if kind == "results":
         results = Results.from_json(doc, source=str(source))
         if results.kind == "simulate":  # `simulate -o`: predictions, not measurements
@@ -176,12 +186,27 @@ def default_output(source: Path) -> Path:
     return (source if source.is_dir() else source.parent) / REPORT_FILE
 
 
-def run_report(source: Path, *, output: Path | None = None, slo: Slo = Slo()) -> ReportOutcome:
+def _is_profile_file(source: Path) -> bool:
+    if not source.is_file():
+        return False
+    try:
+        return detect_kind(read_json(source), source=str(source)) == "profile"
+    except UserError:
+        return False
+
+
+def run_report(
+    source: Path,
+    *,
+    output: Path | None = None,
+    slo: Slo = Slo(),
+    compare: Sequence[Path] = (),
+) -> ReportOutcome:
     """Rebuild the page for ``source`` and write it to ``output`` (default: beside the source)."""
     target = output or default_output(source)
     if target.exists() and target.is_dir():
         target = target / REPORT_FILE
-    report = build_input(source, slo=slo, report_dir=target.parent)
+    report = build_input(source, slo=slo, report_dir=target.parent, compare=compare)
     try:
         page = write_report(report, target)
     except OSError as exc:

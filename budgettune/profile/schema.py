@@ -295,17 +295,17 @@ def save_profile(profile: Profile, path: Path) -> Path:
     return csv_path
 
 
-def load_profile(path: Path | str) -> Profile:
-    """Read a profile JSON file. Raises SpecError (exit 2) naming the file on any problem."""
+def load_profile(path: Path | str, *, option: str = "--profile") -> Profile:
+    """Read a profile JSON file. Raises SpecError (exit 2) naming ``option`` and the file."""
     path = Path(path)
     try:
         data = json.loads(path.read_text())
     except OSError as exc:
-        raise SpecError(f"--profile: cannot read {path}: {exc.strerror or exc}") from None
+        raise SpecError(f"{option}: cannot read {path}: {exc.strerror or exc}") from None
     except json.JSONDecodeError as exc:
-        raise SpecError(f"--profile: {path}: not JSON ({exc})") from None
+        raise SpecError(f"{option}: {path}: not JSON ({exc})") from None
     if not isinstance(data, dict):
-        raise SpecError(f"--profile: {path}: not a budgettune profile (top level is not an object)")
+        raise SpecError(f"{option}: {path}: not a budgettune profile (top level is not an object)")
     return profile_from_json(data, source=str(path))
 
 

@@ -4,6 +4,7 @@ curve, P* with its band, tile probes and fit errors, into the report's profile s
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import shlex
 from collections.abc import Mapping, Sequence
@@ -89,7 +90,13 @@ def profile_input(
     ridge, its band and the tile probes come from the first."""
     if not profiles:
         raise UserError("report: no profile given")
-    curves = [c for c in (profile_curve(p) for p in profiles) if c is not None]
+    drawn = [(c, p) for c, p in ((profile_curve(p), p) for p in profiles) if c is not None]
+    curves = [c for c, _ in drawn]
+    if len({c.label for c in curves}) < len(curves):  # e.g. two GPUs' analytic profiles
+        curves = [
+            dataclasses.replace(c, label=f"{c.label}, {p.hardware.name} #{i + 1}")
+            for i, (c, p) in enumerate(drawn)
+        ]
     main = profiles[0]
     ridge = main.ridge
     knee = ridge.knee_tokens if ridge is not None and ridge.knee_found else None
