@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as _dt
+import math
+import platform
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,7 +32,9 @@ from budgettune.engine.base import EngineHandle, StartProgress
 from budgettune.engine.registry import engine_names
 from budgettune.errors import SpecError
 from budgettune.hardware import resolve_gpu, resolve_model
-from budgettune.pipeline.simulate import parse_budgets
+from budgettune.metrics import summarize
+from budgettune.pipeline.simulate import file_sha256, parse_budgets
+from budgettune.search import SLO
 from budgettune.units import format_ms, parse_duration_s
 
 if TYPE_CHECKING:  # the live runner and the replay pipeline load when the command runs
@@ -40,6 +44,7 @@ if TYPE_CHECKING:  # the live runner and the replay pipeline load when the comma
 LAG_WARN_MS = 5.0
 LAUNCHABLE = [name for name in engine_names() if name != "external"]
 RUN_PANEL = "Load generator"
+SLO_PANEL = "SLOs (optional: a verdict on the console and in report.html)"
 
 
 @app.command()
@@ -110,8 +115,20 @@ def replay(
         rich_help_panel=RUN_PANEL,
     ),
     output: Path | None = typer.Option(
-        None, "--output", "-o", help="Folder for results.json and the engine log (default "
-        "reports/replay-<date-time>).", rich_help_panel=RUN_PANEL,
+        None, "--output", "-o", help="Folder for results.json, report.html and the engine log "
+        "(default reports/replay-<date-time>).", rich_help_panel=RUN_PANEL,
+    ),
+    slo_tbt: str | None = typer.Option(
+        None, "--slo-tbt", help="TBT target to judge the run against, e.g. 50ms (default: none, "
+        "no verdict).", rich_help_panel=SLO_PANEL,
+    ),
+    slo_ttft: str | None = typer.Option(
+        None, "--slo-ttft", help="TTFT target to judge the run against, e.g. 1s (default: none).",
+        rich_help_panel=SLO_PANEL,
+    ),
+    percentile: float = typer.Option(
+        99.0, "--percentile", help="Percentile the SLOs constrain (default 99).",
+        rich_help_panel=SLO_PANEL,
     ),
     as_json: bool = typer.Option(
         False, "--json", help="Print one JSON document (a simulate point plus the self-check)."
@@ -126,6 +143,7 @@ def replay(
     from budgettune.load.runner import MERGED_MODES, RunOptions
     from budgettune.pipeline.replay import ReplayConfig
 
+    slo = _slo(slo_tbt, slo_ttft, percentile)
     if merged_chunks not in MERGED_MODES:
         raise SpecError(f"--merged-chunks: unknown mode {merged_chunks!r}; use spread or first")
     engine_name, why = eo.resolve_auto_engine(engine, url, engine_cmd)
@@ -202,6 +220,10 @@ def replay(
             max_model_len=max_model_len, on_long=on_long, seed=seed, prompt_dist=prompt_dist,
             output_dist=output_dist, warmup=warmup, merged_chunks=merged_chunks,
             max_error_rate=max_error_rate, request_timeout=request_timeout,
+            slo_tbt_s=_finite_or_none(slo.tbt_s) if slo else None,
+            slo_ttft_s=_finite_or_none(slo.ttft_s) if slo else None, percentile=percentile,
+            python_version=platform.python_version(),
+            trace_sha256=file_sha256(trace) if trace else None,
         ),
         hardware=hardware,
         rate_per_s=rate,
@@ -211,7 +233,44 @@ def replay(
         print_json(result.to_json())
     else:
         _print_summary(result, traffic.description)
+        if slo is not None:
+            _print_verdict(result, slo, warmup)
     _finish(result)
+
+
+def _slo(tbt: str | None, ttft: str | None, percentile: float) -> SLO | None:
+    """The SLOs to judge by, when at least one was given. ``SLO`` needs both targets: the one
+    not given is set to infinity, so it never fails."""
+    if tbt is None and ttft is None:
+        return None
+    return SLO(
+        tbt_s=math.inf if tbt is None else parse_duration_s(tbt, option="--slo-tbt"),
+        ttft_s=math.inf if ttft is None else parse_duration_s(ttft, option="--slo-ttft"),
+        percentile=percentile,
+    )
+
+
+def _finite_or_none(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _print_verdict(result: ReplayResult, slo: SLO, warmup: int) -> None:
+    """One line per SLO at its percentile, from the raw records (pass or FAIL)."""
+    records = [live.record for live in result.outcome.records]
+    at = summarize(records, warmup_requests=warmup, slo_quantile=slo.percentile / 100).at_quantile
+    assert at is not None
+    for name, value_s, limit_s in (("TBT", at.tbt_s, slo.tbt_s), ("TTFT", at.ttft_s, slo.ttft_s)):
+        if math.isinf(limit_s):
+            continue
+        # No TBT gap at all (one-token outputs) has nothing to violate; a failed request's
+        # TTFT is +inf and fails.
+        ok = value_s <= limit_s or (name == "TBT" and math.isnan(value_s))
+        shown = "failed requests" if math.isinf(value_s) else format_ms(value_s)
+        mark = "[green]pass[/green]" if ok else "[bold red]FAIL[/bold red]"
+        console.print(
+            f"p{slo.percentile:g} {name} {shown} vs SLO {format_ms(limit_s)}: {mark}",
+            highlight=False,
+        )
 
 
 def _hardware(engine: str, model: str | None, gpu: str | None) -> dict[str, Any] | None:

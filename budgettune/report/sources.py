@@ -47,6 +47,20 @@ class Slo:
     percentile: float = 99.0
 
 
+def recorded_slo(config: Mapping[str, Any], slo: Slo) -> Slo:
+    """``slo`` when the caller gave one, else the SLOs the run recorded (``slo_tbt_s``,
+    ``slo_ttft_s`` and ``percentile`` in its config: simulate --goodput, replay --slo-*)."""
+    if slo.tbt_ms is not None or slo.ttft_ms is not None:
+        return slo
+    tbt_s, ttft_s = as_number(config.get("slo_tbt_s")), as_number(config.get("slo_ttft_s"))
+    percentile = as_number(config.get("percentile"))
+    return Slo(
+        tbt_ms=None if tbt_s is None else tbt_s * 1e3,
+        ttft_ms=None if ttft_s is None else ttft_s * 1e3,
+        percentile=slo.percentile if percentile is None else percentile,
+    )
+
+
 def as_number(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
@@ -232,6 +246,16 @@ def timeline_from_records(
     )
 
 
+def with_value(summary: Percentiles | None, percentile: float, value: float | None) -> Percentiles:
+    """``summary`` with the value at ``percentile`` set (or removed for None)."""
+    values = dict(summary.values_ms) if summary is not None else {}
+    if value is None:
+        values.pop(float(percentile), None)
+    else:
+        values[float(percentile)] = value
+    return Percentiles(values)
+
+
 def measured_point(
     records: Sequence[RequestRecord],
     *,
@@ -250,6 +274,18 @@ def measured_point(
     failed = int(as_number(summary.get("failed")) or sum(1 for r in records if not r.ok))
     tbt = percentiles_json(summary.get("tbt_ms"), failed=failed)
     ttft = percentiles_json(summary.get("ttft_ms"), failed=failed)
+    if records and (slo.tbt_ms is not None or slo.ttft_ms is not None):
+        # An SLO at a percentile the summary does not hold (replay --percentile 95): read it
+        # from the records, as the command's own verdict did.
+        q = slo.percentile / 100
+        if tbt is None or tbt.at(slo.percentile) is None:
+            gaps = metrics.tbt_s(records)
+            value = metrics.quantile(gaps, q) * 1e3 if len(gaps) else None
+            tbt = with_value(tbt, slo.percentile, value)
+        if ttft is None or ttft.at(slo.percentile) is None:
+            ttft = with_value(
+                ttft, slo.percentile, metrics.quantile(metrics.ttft_s(records), q) * 1e3
+            )
     reasons: dict[str, int] = {}
     for record in records:
         if not record.ok:
@@ -386,6 +422,7 @@ def results_input(
         )
     if not results.points:
         raise UserError(f"{source}: field 'points': no measured point in this results file")
+    slo = recorded_slo(results.config, slo)
     engine = results.engine or {}
     points: list[BudgetPoint] = []
     timeline: TimelineInput | None = None

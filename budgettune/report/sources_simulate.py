@@ -19,8 +19,8 @@ from budgettune.report.inputs import Cdf, ReportInput, WorkloadInput, cdf_from_s
 from budgettune.report.sources import (
     Slo,
     as_mapping,
-    as_number,
     provenance_from_results,
+    recorded_slo,
     relative_path,
     simulate_input,
 )
@@ -38,13 +38,7 @@ def simulate_results_input(
     """The simulate page from its results file. Without SLOs from the caller, the run's own
     (``slo_tbt_s``/``slo_ttft_s`` in its config) judge the budgets."""
     config = results.config
-    if slo.tbt_ms is None and slo.ttft_ms is None:
-        tbt_s, ttft_s = as_number(config.get("slo_tbt_s")), as_number(config.get("slo_ttft_s"))
-        slo = Slo(
-            tbt_ms=None if tbt_s is None else tbt_s * 1e3,
-            ttft_ms=None if ttft_s is None else ttft_s * 1e3,
-            percentile=slo.percentile,
-        )
+    slo = recorded_slo(config, slo)
     goodput = [
         {"budget": p.get("budget"), "rate": as_mapping(p.get("goodput")).get("rate")}
         for p in results.points

@@ -21,7 +21,6 @@ from budgettune.errors import UserError
 from budgettune.records import RequestRecord
 from budgettune.report.inputs import (
     BudgetPoint,
-    Percentiles,
     Provenance,
     ReportInput,
     SweepInput,
@@ -40,6 +39,7 @@ from budgettune.report.sources import (
     sha256_now,
     slo_checks,
     timeline_from_records,
+    with_value,
     workload_from_records,
 )
 from budgettune.results import Results, load_results, point_records
@@ -92,15 +92,6 @@ def _budget_records(point: Mapping[str, Any], run_dir: Path) -> list[RequestReco
     return records
 
 
-def _with_value(summary: Percentiles | None, percentile: float, value: float | None) -> Percentiles:
-    values = dict(summary.values_ms) if summary is not None else {}
-    if value is None:
-        values.pop(float(percentile), None)
-    else:
-        values[float(percentile)] = value
-    return Percentiles(values)
-
-
 def _cancelled(record: RequestRecord) -> bool:
     return (record.error or "").startswith("cancelled")
 
@@ -148,11 +139,11 @@ def sweep_point(
     tbt = percentiles_json(measured.get("tbt_ms"), failed=0 if early else failed_reported)
     ttft = percentiles_json(measured.get("ttft_ms"), failed=0 if early else failed_reported)
     if nested:  # the point's own quantiles are the numbers the verdict used: they win
-        tbt = _with_value(tbt, percentile, as_number(point.get("tbt_ms")))
+        tbt = with_value(tbt, percentile, as_number(point.get("tbt_ms")))
         ttft_value = as_number(point.get("ttft_ms"))
         if ttft_value is None and not early and status == "measured":
             ttft_value = math.inf  # null TTFT of a finished replay: failed requests
-        ttft = _with_value(ttft, percentile, ttft_value)
+        ttft = with_value(ttft, percentile, ttft_value)
     reasons: dict[str, int] = {}
     for record in real_failures:
         key = reason_class(record.error or "short output")

@@ -130,6 +130,46 @@ def test_ctrl_c_during_replay_writes_partial_results_and_stops_the_engine(
     assert "stopped;" in log.read_text()  # the engine got SIGINT and shut down cleanly
 
 
+def test_replay_judged_against_slos_at_a_percentile(
+    budgettune_cmd: list[str], tmp_path: Path
+) -> None:
+    """--slo-tbt/--slo-ttft/--percentile: a verdict line per SLO, read from the raw records at
+    that percentile; recorded in results.json, so report.html judges the same way."""
+    out = tmp_path / "run"
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(
+        "".join(
+            json.dumps({"arrival_s": i * 0.05, "prompt_tokens": 600, "output_tokens": 8}) + "\n"
+            for i in range(30)
+        )
+    )
+    done = subprocess.run(
+        [*budgettune_cmd, "replay", "--engine", "sim", "--budget", "512", "--trace", str(trace),
+         "--slo-tbt", "1s", "--slo-ttft", "1ms", "--percentile", "95", "-o", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    results = load_results(out)
+    config = results.config
+    assert (config["slo_tbt_s"], config["slo_ttft_s"], config["percentile"]) == (1.0, 0.001, 95)
+    assert config["python_version"] and len(config["trace_sha256"]) == 64
+    records = [r for r in results.points[0]["records"] if not r.get("warmup")]
+    ttft_ms = sorted(1e3 * (r["token_times_s"][0] - r["sent_s"]) for r in records)
+    # The p95 TTFT by linear interpolation, as the verdict computes it; 600-token prompts
+    # take two 512-token iterations, far above 1 ms, and every gap is far below 1 s.
+    position = 0.95 * (len(ttft_ms) - 1)
+    low = int(position)
+    p95 = ttft_ms[low] + (position - low) * (ttft_ms[low + 1] - ttft_ms[low])
+    tbt_line, ttft_line = [line for line in done.stdout.splitlines() if " vs SLO " in line]
+    assert tbt_line.startswith("p95 TBT ") and tbt_line.endswith("vs SLO 1000 ms: pass")
+    assert ttft_line.startswith("p95 TTFT ") and ttft_line.endswith("vs SLO 1.0 ms: FAIL")
+    shown_ms = float(ttft_line.split("p95 TTFT ")[1].split(" ms")[0])
+    assert abs(shown_ms - p95) <= 0.01 * p95, (shown_ms, p95)  # printed to 3 digits
+    # The page, rendered from results.json alone, judges at the recorded p95 SLOs.
+    page = (out / "report.html").read_text()
+    assert f"p95 TTFT {ttft_line.split('p95 TTFT ')[1].split(' vs')[0]}" in page
+
+
 def test_user_mistakes_are_one_line_errors(budgettune_cmd: list[str]) -> None:
     for args, message in (
         (["serve", "--engine", "vllm"], "`serve` runs sim"),
