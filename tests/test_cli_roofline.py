@@ -38,6 +38,7 @@ def test_ridge_json_h100(budgettune_cmd: list[str]) -> None:
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["ridge_tokens"] == pytest.approx(221.4, abs=0.1)
+    assert "step_ms" not in doc  # no iteration was asked about: no made-up 0 ms step
 
 
 def test_iteration_json_matches_model() -> None:

@@ -102,6 +102,8 @@ def roofline(
     chunks = [parse_prefill_chunk(text) for text in prefill]
     doc = iteration_report(step_model, chunks, decodes, context)
     if as_json:
+        if not (chunks or decodes):  # no iteration asked about: the ridge alone, no 0 ms step
+            doc = {"ridge_tokens": doc["ridge_tokens"], "mode": doc["mode"]}
         print_json(doc)
         return
     console.print(
