@@ -160,7 +160,10 @@ class LoadReport:
             parts.append(f"clipped {self.clipped:,} longer than max-model-len {self.max_model_len}")
         if self.dropped:
             parts.append(f"dropped {self.dropped:,} longer than max-model-len {self.max_model_len}")
-        return "; ".join(parts)
+        line = "; ".join(parts)
+        if self.clipped or self.dropped:  # the load counts the file; a --window replays less
+            line += " (counts over the whole file, before --window/--requests/--duration)"
+        return line
 
 
 @dataclass(slots=True)
