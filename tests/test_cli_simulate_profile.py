@@ -61,3 +61,22 @@ def test_bad_profile_path_is_one_line_exit_2(budgettune_cmd: list[str], tmp_path
     garbage.write_text("{not json")
     result = simulate(budgettune_cmd, "--profile", str(garbage))
     assert result.returncode == 2 and "not JSON" in result.stderr
+
+
+def test_a_profile_without_a_knee_is_not_called_a_ridge(
+    budgettune_cmd: list[str], tmp_path: Path
+) -> None:
+    """A CPU profile's fitted F/B is no knee the measurements showed: the header says which."""
+    data = json.loads(PROFILE_8B.read_text())
+    data["ridge"].update(knee_found=False, knee_tokens=None, reason="one line fits as well")
+    flat = tmp_path / "flat.json"
+    flat.write_text(json.dumps(data))
+    args = ["--requests", "50", "--budgets", "512"]
+    with_knee = simulate(budgettune_cmd, *args, "--profile", str(PROFILE_8B))
+    without = simulate(budgettune_cmd, *args, "--profile", str(flat))
+    assert with_knee.returncode == 0 and without.returncode == 0, without.stderr
+    header_with, header_without = (
+        " ".join(run.stdout.split("KV cache")[0].split()) for run in (with_knee, without)
+    )  # rich wraps the header at the terminal width
+    assert header_with.endswith("ridge P* = 221 tokens;")
+    assert header_without.endswith("fitted F/B = 221 tokens (the profile found no knee);")

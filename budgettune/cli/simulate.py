@@ -26,6 +26,7 @@ from budgettune.pipeline.simulate import (
     parse_budgets,
     run_simulate,
 )
+from budgettune.profile.schema import load_profile
 from budgettune.search import SLO
 from budgettune.sim.kvcache import (
     DEFAULT_BLOCK_SIZE,
@@ -204,6 +205,7 @@ def simulate(
         )
     gpu_spec = mo.gpu_from_options(gpu, peak_tflops, bandwidth_tbs, memory_gb)
     model_label = f"{model} on {gpu_spec.name} ({mode})"
+    ridge_label = "ridge P* = {:.0f} tokens"
     if profile is not None:
         from budgettune.engine.sim_server import profiled_model
 
@@ -213,6 +215,10 @@ def simulate(
         tensor_parallel = profiled.tensor_parallel
         options.update(model=profiled.shape.name, dtype=profiled.dtype, mode=step_model.mode)
         model_label = f"{profiled.shape.name} from {profiled.description} ({step_model.mode})"
+        measured_ridge = load_profile(profile).ridge
+        if measured_ridge is not None and not measured_ridge.knee_found:
+            # F/B of the fitted model is not a knee the measurements showed: say which it is.
+            ridge_label = "fitted F/B = {:.0f} tokens (the profile found no knee)"
     else:
         step_model = mo.step_model_from_options(
             model=model,
@@ -265,8 +271,8 @@ def simulate(
         print_json(report.to_json())
         return
     console.print(
-        f"{model_label}; ridge P* = {step_model.ridge_tokens:.0f} "
-        f"tokens; KV cache {capacity:,} blocks of {block_size} tokens",
+        f"{model_label}; {ridge_label.format(step_model.ridge_tokens)}; "
+        f"KV cache {capacity:,} blocks of {block_size} tokens",
         highlight=False,
     )
     if traffic.report is None:
