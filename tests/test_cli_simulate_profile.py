@@ -76,7 +76,7 @@ def test_a_profile_without_a_knee_is_not_called_a_ridge(
     without = simulate(budgettune_cmd, *args, "--profile", str(flat))
     assert with_knee.returncode == 0 and without.returncode == 0, without.stderr
     header_with, header_without = (
-        " ".join(run.stdout.split("KV cache")[0].split()) for run in (with_knee, without)
+        " ".join(run.stdout.split()).split("KV cache")[0] for run in (with_knee, without)
     )  # rich wraps the header at the terminal width
-    assert header_with.endswith("ridge P* = 221 tokens;")
-    assert header_without.endswith("fitted F/B = 221 tokens (the profile found no knee);")
+    assert header_with.endswith("ridge P* = 221 tokens; ")
+    assert header_without.endswith("fitted F/B = 221 tokens (the profile found no knee); ")
