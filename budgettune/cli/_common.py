@@ -6,6 +6,7 @@ import json
 import sys
 from typing import Any
 
+import typer
 from rich.console import Console
 
 from budgettune.errors import BudgettuneError, EngineError
@@ -42,3 +43,8 @@ def _json_default(value: Any) -> Any:
     if hasattr(value, "tolist"):
         return value.tolist()
     raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+def with_profiles_option(help: str) -> Any:
+    """``--with OTHER.json`` (repeatable): profiles drawn beside the main one in a report."""
+    return typer.Option(None, "--with", help=f"{help} Default: none.", show_default=False)

@@ -21,7 +21,7 @@ from rich.table import Table
 
 from budgettune.cli import _engine_options as eo
 from budgettune.cli import app
-from budgettune.cli._common import console, console_err, print_json
+from budgettune.cli._common import console, console_err, print_json, with_profiles_option
 from budgettune.pipeline.profile import (
     ENGINES,
     ProfileConfig,
@@ -116,12 +116,9 @@ def profile(
     engine_cmd: str | None = eo.ENGINE_CMD,
     env: list[str] = eo.ENGINE_ENV,
     health_timeout: str | None = eo.HEALTH_TIMEOUT,
-    compare: list[Path] | None = typer.Option(
-        None,
-        "--with",
-        help="With -o: another profile JSON drawn beside this one in report.html (repeatable), "
-        "e.g. the torch profile of the same model. Default: none.",
-        show_default=False,
+    compare: list[Path] | None = with_profiles_option(
+        "With -o: another profile JSON drawn beside this one in report.html (repeatable), "
+        "e.g. the torch profile of the same model."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document, no tables."),
 ) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from budgettune.cli import app
-from budgettune.cli._common import console
+from budgettune.cli._common import console, with_profiles_option
 from budgettune.errors import SpecError
 from budgettune.units import parse_duration_s
 
@@ -43,12 +43,9 @@ def report(
     percentile: float = typer.Option(
         99.0, "--percentile", help="Percentile the SLOs constrain (default 99; 99.9 also works)."
     ),
-    compare: list[Path] | None = typer.Option(
-        None,
-        "--with",
-        help="Another profile JSON whose curve is drawn beside SOURCE's (repeatable), e.g. the "
-        "torch profile of the model next to its vLLM one. SOURCE must be a profile. Default: none.",
-        show_default=False,
+    compare: list[Path] | None = with_profiles_option(
+        "Another profile JSON whose curve is drawn beside SOURCE's (repeatable), e.g. the "
+        "torch profile of the model next to its vLLM one. SOURCE must be a profile."
     ),
 ) -> None:
     """Write one self-contained HTML page (charts embedded, opens offline) from results."""

@@ -161,46 +161,27 @@ def test_profile_into_an_existing_folder_writes_its_report(
 def test_profiles_side_by_side_with_with(tmp_path: Path, budgettune_cmd: list[str]) -> None:
     """Issue 6: when two profiles of a model were measured (e.g. vLLM and torch), the report
     draws both curves: `profile -o ... --with OTHER` and `report PROFILE --with OTHER`."""
-    other = tmp_path / "h100.json"
-    first = ["profile", "--engine", "analytic", "--model", "llama-3.1-8b", "--gpu", "h100-sxm"]
-    done = subprocess.run(
-        [*budgettune_cmd, *first, "-o", str(other)], capture_output=True, text=True, timeout=120
-    )
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*budgettune_cmd, *argv], capture_output=True, text=True, timeout=120)
+
+    other, mine = tmp_path / "h100.json", tmp_path / "h200.json"
+    analytic = ["profile", "--engine", "analytic", "--model", "llama-3.1-8b", "--gpu"]
+    done = run(*analytic, "h100-sxm", "-o", str(other))
     assert done.returncode == 0, done.stderr[-2000:]
-    second = ["profile", "--engine", "analytic", "--model", "llama-3.1-8b", "--gpu", "h200"]
-    done = subprocess.run(
-        [*budgettune_cmd, *second, "-o", str(tmp_path / "h200.json"), "--with", str(other)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run(*analytic, "h200", "-o", str(mine), "--with", str(other))
     assert done.returncode == 0, done.stderr[-2000:]
     page = (tmp_path / "h200.html").read_text()
     # Same engine on both, so each curve is told apart by its hardware, this profile first.
     assert page.index("analytic, h200 #1") < page.index("analytic, h100-sxm #2")
-    rebuilt = subprocess.run(
-        [*budgettune_cmd, "report", str(other), "--with", str(tmp_path / "h200.json")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    rebuilt = run("report", str(other), "--with", str(mine))
     assert rebuilt.returncode == 0, rebuilt.stderr[-2000:]
     page = (tmp_path / "report.html").read_text()
     assert page.index("analytic, h100-sxm #1") < page.index("analytic, h200 #2")
     # Mistakes: a missing --with file before measuring; --with on a source that is no profile.
-    missing = subprocess.run(
-        [*budgettune_cmd, *second, "--with", str(tmp_path / "nope.json")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    missing = run(*analytic, "h200", "--with", str(tmp_path / "nope.json"))
     assert missing.returncode == 2 and "--with: cannot read" in missing.stderr
     assert "Traceback" not in missing.stderr
     (tmp_path / "sim.json").write_text(json.dumps(SIM_DOC))
-    wrong = subprocess.run(
-        [*budgettune_cmd, "report", str(tmp_path / "sim.json"), "--with", str(other)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    wrong = run("report", str(tmp_path / "sim.json"), "--with", str(other))
     assert wrong.returncode == 2 and "--with: applies to a profile JSON source" in wrong.stderr
