@@ -3,7 +3,6 @@ as few of them as the interval search needs, the verdict, and the engine configs
 
 from __future__ import annotations
 
-import asyncio
 import datetime as _dt
 import shlex
 import sys
@@ -11,24 +10,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich import box
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-from rich.table import Table
 
 from budgettune.cli import _engine_options as eo
 from budgettune.cli import _model_options as mo
 from budgettune.cli import _trace_options as to
 from budgettune.cli import app
-from budgettune.cli._common import console, console_err, print_json, print_warning
-from budgettune.engine.base import EngineHandle, StartProgress
+from budgettune.cli._common import console_err, print_json, print_warning
+from budgettune.cli._sweep_display import print_result, profile_with_progress, run_with_progress
+from budgettune.engine.base import LaunchSpec
 from budgettune.engine.registry import engine_names
 from budgettune.errors import SpecError
 from budgettune.hardware import resolve_gpu
@@ -36,17 +25,17 @@ from budgettune.sim.kvcache import kv_capacity_blocks
 from budgettune.sim.scheduler import SchedulerConfig
 from budgettune.sim.stepmodel import StepModel
 from budgettune.sweep.candidates import sglang_default_budget, vllm_default_budget
-from budgettune.units import format_ms, parse_duration_s, parse_int_list
+from budgettune.units import parse_duration_s, parse_int_list
 
-if TYPE_CHECKING:  # the live runner (httpx) and the sweep pipeline load when the command runs
-    from budgettune.load.runner import RunProgress
-    from budgettune.pipeline.sweep import SweepConfig, SweepResult
+if TYPE_CHECKING:  # the sweep and profile pipelines load when the command runs
+    from budgettune.pipeline.profile import ProfileConfig
 
 SLO_PANEL = "SLOs"
 SEARCH_PANEL = "Search"
 DEFAULT_RATE_PER_S = 8.0
 DEFAULT_REQUESTS = 240
 NO_FEASIBLE_BUDGET_EXIT = 3
+ANALYTIC = "analytic"  # --profile analytic: the presets' roofline, no profile step
 
 
 @app.command()
@@ -77,7 +66,9 @@ def sweep(
     ),
     profile: Path | None = typer.Option(
         None, "--profile", help="A profile from `budgettune profile` (calibrated step-time "
-        "model). Without one, the analytic model of --model on --gpu predicts.",
+        "model). Without one, vllm and sglang run the profile step first (saved as "
+        "<run>/profile.json; --resume reuses it); sim and external predict with the analytic "
+        "roofline of --model on --gpu. 'analytic' uses that roofline and skips the profile step.",
         rich_help_panel=eo.PANEL,
     ),
     max_num_seqs: int = eo.MAX_NUM_SEQS,
@@ -158,7 +149,7 @@ def sweep(
     Exit code 0 with a recommendation, 3 when no budget meets both SLOs.
     """
     from budgettune.load.runner import RunOptions
-    from budgettune.pipeline.sweep import SweepConfig
+    from budgettune.pipeline.sweep import PROFILE_FILE, SweepConfig, open_run
 
     slo_tbt_s = parse_duration_s(slo_tbt, option="--slo-tbt")
     slo_ttft_s = parse_duration_s(slo_ttft, option="--slo-ttft")
@@ -183,7 +174,11 @@ def sweep(
     if engine_name in ("vllm", "sglang") and not model:
         raise SpecError(f"--model: the {engine_name} engine needs a model (a folder or an id)")
     gpu_card = resolve_gpu(gpu) if gpu else None
-    step_model, model_source = _step_model(profile, model, gpu)
+    analytic = profile is not None and str(profile) == ANALYTIC
+    measure_first = profile is None and engine_name in ("vllm", "sglang")
+    run_dir = (
+        resume or output or Path("reports") / _dt.datetime.now().strftime("sweep-%Y%m%d-%H%M%S")
+    )
     if synthetic := trace is None and rate is None:
         rate = DEFAULT_RATE_PER_S
     traffic = to.traffic_from_options(
@@ -197,7 +192,8 @@ def sweep(
     schedule = traffic.schedule
     if warmup >= len(schedule):
         raise SpecError(f"--warmup: {warmup} leaves none of {len(schedule)} requests")
-    if profile is not None and engine_name == "sim":  # the engine runs the predictions' model
+    if profile is not None and not analytic and engine_name == "sim":
+        # the engine runs the predictions' model
         engine_arg = [*engine_arg, shlex.join(["--profile", str(profile.resolve())])]
     spec = eo.launch_spec_from_options(
         engine=engine_name, model=model, gpu=gpu, max_num_seqs=max_num_seqs,
@@ -207,19 +203,39 @@ def sweep(
         health_timeout=health_timeout, url=url,
     )  # fmt: skip
     default_budget = _baseline(baseline, engine_name, gpu_card)
-    run_dir = (
-        resume or output or Path("reports") / _dt.datetime.now().strftime("sweep-%Y%m%d-%H%M%S")
-    )
+    candidate_budgets = tuple(parse_int_list(budgets, option="--budgets")) if budgets else None
+    profiling = None
+    if measure_first:
+        assert model is not None  # checked above for vllm and sglang
+        profiling = _profile_config(
+            run_dir, spec, engine_name, model, gpu, candidate_budgets, default_budget, seed
+        )
+        step_model, model_source = None, ""
+    else:
+        step_model, model_source = _step_model(profile, model, gpu, engine_name)
     settings: dict[str, Any] = {
         "slo_tbt_s": slo_tbt_s, "slo_ttft_s": slo_ttft_s, "percentile": percentile,
         "engine": engine_name, "traffic": traffic.description, "model": model, "gpu": gpu,
-        "profile": str(profile) if profile else None, "budgets": budgets, "align": align,
+        "profile": str(run_dir / PROFILE_FILE) if measure_first else profile and str(profile),
+        "budgets": budgets, "align": align,
         "max_num_seqs": max_num_seqs, "engine_cmd": engine_cmd, "engine_args": engine_arg,
         "env": env, "dtype": dtype, "prefix_caching": prefix_caching, "trace": str(trace)
         if trace else None, "rate": rate, "synthetic": synthetic, "requests": len(schedule),
         "warmup": warmup, "seed": seed, "goodput": goodput, "exhaustive": exhaustive,
         "baseline": default_budget,
     }  # fmt: skip
+    console_err.print(why, highlight=False)
+    finished = open_run(run_dir, settings, resume=resume is not None)
+    if resume is not None:
+        console_err.print(
+            f"resuming {run_dir}: {len(finished)} budget(s) already measured", highlight=False
+        )
+    if profiling is not None:
+        step_model, model_source = _measure_first(profiling, run_dir)
+        gpu_card = gpu_card or _profile_gpu(run_dir / PROFILE_FILE)
+    assert step_model is not None
+    console_err.print(f"step-time model: {model_source}", highlight=False)
+    console_err.print(f"traffic: {traffic.description}", highlight=False)
     config = SweepConfig(
         slo_tbt_s=slo_tbt_s,
         slo_ttft_s=slo_ttft_s,
@@ -238,7 +254,7 @@ def sweep(
         traffic=traffic.description,
         rate_per_s=schedule.rate_per_s,
         run_dir=run_dir,
-        budgets=tuple(parse_int_list(budgets, option="--budgets")) if budgets else None,
+        budgets=candidate_budgets,
         align_tokens=align,
         default_budget=default_budget,
         baseline_label="Your engine default" if baseline == "auto" else "Your current budget",
@@ -250,14 +266,11 @@ def sweep(
         hardware={"gpu": gpu_card.name if gpu_card else None, "model": model},
         served_model=model if engine_name in ("vllm", "sglang") else None,
     )
-    console_err.print(why, highlight=False)
-    console_err.print(f"step-time model: {model_source}", highlight=False)
-    console_err.print(f"traffic: {traffic.description}", highlight=False)
-    result = _run_with_progress(config, traffic.at_rate, schedule)
+    result = run_with_progress(config, traffic.at_rate, schedule, finished)
     if as_json:
         print_json(result.document)
     else:
-        _print_result(result, config)
+        print_result(result, config)
     if result.recommendation.budget_tokens is None:
         raise typer.Exit(NO_FEASIBLE_BUDGET_EXIT)
 
@@ -282,8 +295,12 @@ def _baseline(text: str, engine: str, gpu_card: Any) -> int | None:
     return value
 
 
-def _step_model(profile: Path | None, model: str | None, gpu: str | None) -> tuple[StepModel, str]:
-    if profile is not None:
+def _step_model(
+    profile: Path | None, model: str | None, gpu: str | None, engine: str
+) -> tuple[StepModel, str]:
+    """The predictions' model from --profile FILE, else the analytic roofline, with a line
+    saying which and why."""
+    if profile is not None and str(profile) != ANALYTIC:
         from budgettune.profile.schema import load_profile, profile_step_model
 
         return profile_step_model(load_profile(profile)), f"calibrated profile {profile}"
@@ -295,10 +312,83 @@ def _step_model(profile: Path | None, model: str | None, gpu: str | None) -> tup
         bandwidth_efficiency=mo.DEFAULT_BANDWIDTH_EFFICIENCY,
         overhead_ms=mo.DEFAULT_OVERHEAD_S * 1e3, mode="overlapped",
     )  # fmt: skip
+    roofline = f"analytic roofline of {shape_source} on {card}"
+    if profile is not None:
+        return step_model, f"{roofline} (--profile analytic: presets, not measured)"
+    if engine == "sim":
+        return step_model, (
+            f"{roofline} (the analytic profile: the sim engine runs the same presets; "
+            "`budgettune profile` calibrates one for real hardware)"
+        )
     return step_model, (
-        f"analytic roofline of {shape_source} on {card} (presets, not measured; run "
-        "`budgettune profile` for a calibrated one)"
+        f"{roofline}: predictions are analytic (presets, not measured); a server you run "
+        "cannot be profiled without launching one, so run `budgettune profile --engine vllm` "
+        "where it runs and pass --profile FILE"
     )
+
+
+def _profile_config(
+    run_dir: Path,
+    spec: LaunchSpec,
+    engine: str,
+    model: str,
+    gpu: str | None,
+    budgets: tuple[int, ...] | None,
+    default_budget: int | None,
+    seed: int,
+) -> ProfileConfig:
+    """The profile step on the sweep's own engine options, sized to the budgets it considers
+    (--budgets and the reference, else `budgettune profile`'s 8192 tokens)."""
+    from budgettune.pipeline.sweep import profile_config
+
+    return profile_config(
+        run_dir, engine=engine, model=model, gpu=gpu, max_num_seqs=spec.max_num_seqs or 256,
+        budgets=budgets, reference_budget=default_budget, seed=seed, dtype=spec.dtype,
+        tensor_parallel=spec.tensor_parallel_size,
+        gpu_memory_utilization=spec.gpu_memory_utilization, engine_args=spec.extra_args,
+        engine_cmd=spec.engine_cmd, engine_env=dict(spec.env),
+        health_timeout_s=spec.health_timeout_s,
+    )  # fmt: skip
+
+
+def _measure_first(config: ProfileConfig, run_dir: Path) -> tuple[StepModel, str]:
+    """Without --profile on a real engine: the profile this run folder already holds (a resumed
+    sweep), else the profile step run now, saying so and where."""
+    from budgettune.pipeline.sweep import saved_profile
+    from budgettune.profile.schema import profile_step_model
+
+    assert config.output is not None
+    saved = saved_profile(run_dir)
+    if saved is not None:
+        console_err.print(
+            f"profile: reusing {config.output}, measured by this sweep before it was interrupted",
+            highlight=False,
+        )
+        return profile_step_model(saved), f"calibrated profile {config.output} (measured first)"
+    console_err.print(
+        f"no --profile: profiling {config.engine} first (prompts to {config.max_tokens} tokens, "
+        f"decode batches to {config.max_batch}) into {config.output}; --profile analytic "
+        "skips this",
+        highlight=False,
+    )
+    outcome = profile_with_progress(config)
+    measured = outcome.profile
+    ridge = measured.ridge.reason if measured.ridge is not None else "no ridge"
+    console_err.print(
+        f"profile: {len(measured.probes)} probes in {measured.elapsed_s or 0:.0f} s, saved "
+        f"{outcome.json_path} (curve {outcome.csv_path}, report "
+        f"{config.output.with_suffix('.html')}); {ridge}",
+        highlight=False,
+    )
+    return profile_step_model(measured), f"calibrated profile {config.output} (measured first)"
+
+
+def _profile_gpu(path: Path) -> Any:
+    """The GPU preset a measured profile names (sizes the predictions' KV cache), if any."""
+    from budgettune.profile.schema import load_profile
+
+    preset = load_profile(path).hardware.preset
+    return resolve_gpu(preset) if preset else None
 
 
 def _scheduler(
@@ -308,150 +398,3 @@ def _scheduler(
         step_model, gpu_card or resolve_gpu("h100-sxm"), tensor_parallel=tensor_parallel
     )
     return SchedulerConfig(budget_tokens=None, kv_capacity_blocks=blocks, max_num_seqs=max_num_seqs)
-
-
-def _run_with_progress(config: SweepConfig, schedule_at: Any, schedule: Any) -> SweepResult:
-    from budgettune.pipeline.sweep import SweepEvents, run_sweep
-
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),  # the replay's ETA
-        console=console_err,
-        transient=True,
-        refresh_per_second=4,  # rendering holds the GIL: keep it rare beside the timing loop
-    ) as progress:
-        overall = progress.add_task("planning candidates", total=None)
-        replay_task = progress.add_task("replay", total=len(schedule), visible=False)
-
-        def on_plan(candidates: Any, predictions: Any) -> None:
-            progress.update(
-                overall,
-                description=f"sweep over {len(candidates.budgets)} candidates "
-                f"({', '.join(map(str, candidates.budgets))})",
-            )
-            console_err.print(
-                f"candidates: {', '.join(map(str, candidates.budgets))} (ridge "
-                f"{candidates.ridge_tokens:.0f} tokens, expected decode batch "
-                f"{candidates.decode_batch:.0f})",
-                highlight=False,
-            )
-
-        def on_launch(budget: int, role: str) -> None:
-            progress.update(overall, description=f"budget {budget} ({role}): starting engine")
-            progress.update(replay_task, visible=False, completed=0)
-
-        def on_start(tick: StartProgress) -> None:
-            last = tick.last_log_line.strip()[-60:]
-            progress.update(
-                overall, description=f"{tick.engine} {tick.phase} {tick.elapsed_s:.0f}s {last}"
-            )
-
-        def on_ready(handle: EngineHandle) -> None:
-            progress.update(overall, description=f"budget {handle.budget_tokens}: replaying")
-            progress.update(replay_task, visible=True, completed=0)
-
-        def on_replay(tick: RunProgress) -> None:
-            progress.update(
-                replay_task,
-                completed=tick.finished,
-                description=f"replay: {tick.sent} sent, {tick.failed} failed",
-            )
-
-        def on_point(point: dict[str, Any]) -> None:
-            progress.update(replay_task, visible=False)
-            console_err.print(_point_line(point, config), highlight=False)
-
-        def on_message(text: str) -> None:
-            console_err.print(text, highlight=False)
-
-        events = SweepEvents(
-            on_plan=on_plan, on_launch=on_launch, on_start=on_start, on_ready=on_ready,
-            on_replay=on_replay, on_point=on_point, on_message=on_message,
-        )  # fmt: skip
-        return asyncio.run(run_sweep(config, schedule, schedule_at, events))
-
-
-def _ms(value: float | None) -> str:
-    return "-" if value is None else format_ms(value / 1e3)
-
-
-def _num(value_ms: float | None) -> str:
-    if value_ms is None or value_ms != value_ms:
-        return "-"
-    return f"{value_ms:,.0f}" if value_ms >= 100 else f"{value_ms:.1f}"
-
-
-def _point_line(point: dict[str, Any], config: SweepConfig) -> str:
-    if point["status"] != "measured":
-        return f"  budget {point['budget']}: {point['status']}: {point.get('error')}"
-    verdict = "meets both SLOs" if point["ok"] else "breaks an SLO"
-    note = " (early stop)" if point.get("early_stop") else ""
-    p = f"p{config.percentile:g}"
-    return (
-        f"  budget {point['budget']}: {p} TBT {_ms(point['tbt_ms'])}, {p} TTFT "
-        f"{_ms(point['ttft_ms'])}: {verdict}{note} [{point['wall_s']:.0f} s]"
-    )
-
-
-def _goodput_cell(point: dict[str, Any]) -> str:
-    rate = point.get("goodput_rate")
-    if rate is None:
-        return "-"
-    return f">= {rate:.3g} (cap)" if point.get("goodput_capped") else f"{rate:.3g}"
-
-
-def _print_result(result: SweepResult, config: SweepConfig) -> None:
-    p = f"p{config.percentile:g}"
-    table = Table(
-        title=f"{p} at {config.rate_per_s:.3g} req/s, measured / predicted (SLO TBT <= "
-        f"{format_ms(config.slo_tbt_s)}, TTFT <= {format_ms(config.slo_ttft_s)})",
-        box=box.SIMPLE_HEAD,
-    )
-    columns = ["budget", "TBT ms", "TTFT ms", "tok/s", "failed", "verdict"]
-    if config.goodput:
-        columns.append("goodput req/s")
-    for column in columns:
-        table.add_column(column, justify="right")
-    measured = {int(pt["budget"]): pt for pt in result.points}
-    shown = {*result.candidates.budgets, *measured}
-    if config.default_budget is not None:
-        shown.add(config.default_budget)
-    for budget in sorted(shown):
-        prediction = result.predictions.get(budget)
-        point = measured.get(budget)
-        pred_tbt = _num(prediction.tbt_s * 1e3) if prediction else "-"
-        pred_ttft = _num(prediction.ttft_s * 1e3) if prediction else "-"
-        label = str(budget) + (" (default)" if budget == config.default_budget else "")
-        if point is None or point["status"] != "measured":
-            status = "[dim]not run[/dim]" if point is None else f"[red]{point['status']}[/red]"
-            cells = [label, f"- / {pred_tbt}", f"- / {pred_ttft}", "-", "-", status]
-            table.add_row(*cells, *(["-"] if config.goodput else []))
-            continue
-        summary = point["measured"]
-        verdict = "[green]pass[/green]" if point["ok"] else "[red]fail[/red]"
-        if point.get("early_stop"):
-            verdict += " (early)"
-        table.add_row(
-            label,
-            f"{_num(point['tbt_ms'])} / {pred_tbt}",
-            f"{_num(point['ttft_ms'])} / {pred_ttft}",
-            f"{summary['throughput_tokens_per_s'] or 0:,.0f}",
-            str(summary["failed"]),
-            verdict,
-            *([_goodput_cell(point)] if config.goodput else []),
-        )
-    console.print(table)
-    rec = result.recommendation
-    style = "bold green" if rec.budget_tokens is not None else "bold red"
-    console.print(f"[{style}]{rec.headline}[/{style}]", highlight=False)
-    for reason in rec.reasons:
-        console.print(f"  {reason}", highlight=False)
-    console.print(
-        f"{result.launches} engine launch(es), {result.wall_s:.0f} s. Files in {config.run_dir}: "
-        + ", ".join(path.name for path in result.files.values()),
-        highlight=False,
-    )

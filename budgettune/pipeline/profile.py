@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from budgettune import __version__
-from budgettune.engine.base import LaunchSpec
+from budgettune.engine.base import LaunchSpec, ProgressCallback
 from budgettune.errors import EngineError, SpecError
 from budgettune.hardware import GPU, ModelShape, dtype_bytes, resolve_gpu, resolve_model
 from budgettune.profile.plan import (
@@ -88,6 +88,7 @@ class ProfileConfig:
     engine_env: dict[str, str] = field(default_factory=dict)
     health_timeout_s: float | None = None  # None: 20 minutes for vllm/sglang, 2 for sim
     log_path: Path | None = None
+    gpu_memory_utilization: float | None = None  # None: the engine's default
 
 
 @dataclass(slots=True, frozen=True)
@@ -171,9 +172,11 @@ def run_profile(
     progress: ProgressFn | None = None,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
     timer_factory: Callable[[ProfileConfig, ModelShape], IterationTimer] | None = None,
+    on_start: ProgressCallback | None = None,
 ) -> ProfileOutcome:
     """Measure (or, for analytic, compute) and fit one profile, save it and summarise it.
 
+    ``on_start`` sees a launched engine's start (elapsed time, the log's last line).
     A probe failing midway still saves what was measured, then raises EngineError naming the
     saved file. Raises SpecError / UserError for bad input before anything runs.
     """
@@ -182,7 +185,11 @@ def run_profile(
     if config.engine == "analytic":
         profile = _analytic(config, shape, created)
     else:
-        profile = _measured(config, shape, created, progress, timer_factory or build_timer)
+
+        def default_factory(config: ProfileConfig, shape: ModelShape) -> IterationTimer:
+            return build_timer(config, shape, on_start=on_start)
+
+        profile = _measured(config, shape, created, progress, timer_factory or default_factory)
     path = config.output or default_output(profile)
     if path.is_dir():  # -o DIR: the default file name inside it
         path = path / default_output(profile).name
@@ -265,7 +272,9 @@ def _preset_gpu(name: str) -> GPU:
     return resolve_gpu(name)
 
 
-def build_timer(config: ProfileConfig, shape: ModelShape) -> IterationTimer:
+def build_timer(
+    config: ProfileConfig, shape: ModelShape, *, on_start: ProgressCallback | None = None
+) -> IterationTimer:
     """The measurement path for ``config.engine`` (torch here; engines through their API)."""
     if config.engine == "torch":
         from budgettune.profile.torch_measure import TorchTimer
@@ -279,7 +288,7 @@ def build_timer(config: ProfileConfig, shape: ModelShape) -> IterationTimer:
             gpu_name=config.gpu_name,
             threads=config.threads,
         )
-    return _engine_timer(config, shape)
+    return _engine_timer(config, shape, on_start)
 
 
 def engine_launch_spec(config: ProfileConfig, shape: ModelShape) -> LaunchSpec:
@@ -315,6 +324,7 @@ def engine_launch_spec(config: ProfileConfig, shape: ModelShape) -> LaunchSpec:
         dtype=None if sim or config.dtype == "auto" else config.dtype,
         tensor_parallel_size=config.tensor_parallel if config.tensor_parallel > 1 else None,
         prefix_caching=False,
+        gpu_memory_utilization=None if sim else config.gpu_memory_utilization,
     )
 
 
@@ -323,7 +333,9 @@ def _sim_gpu(name: str) -> str:
     return SIM_DEFAULT_GPU if name.strip().lower() == "auto" else resolve_gpu(name).name
 
 
-def _engine_timer(config: ProfileConfig, shape: ModelShape) -> IterationTimer:
+def _engine_timer(
+    config: ProfileConfig, shape: ModelShape, on_start: ProgressCallback | None = None
+) -> IterationTimer:
     from budgettune.profile.measure import EngineTimer
     from budgettune.profile.schema import detect_hardware
 
@@ -340,6 +352,7 @@ def _engine_timer(config: ProfileConfig, shape: ModelShape) -> IterationTimer:
         hardware=hardware,
         seed=config.seed,
         request_timeout_s=config.probe_timeout_s or 600.0,
+        on_start=on_start,
     )
     if timer.kv_capacity_tokens is None and config.engine == "sim":
         timer.kv_capacity_tokens = _sim_kv_capacity_tokens(config, shape, spec.gpu)

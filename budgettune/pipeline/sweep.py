@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,21 +19,37 @@ from budgettune import __version__
 from budgettune.engine.base import EngineHandle, LaunchSpec, StartProgress
 from budgettune.engine.registry import get_engine
 from budgettune.errors import EngineError
+from budgettune.hardware import resolve_model
 from budgettune.load.runner import RunOptions, RunProgress, Target, run_schedule
 from budgettune.metrics import MetricsSummary, quantile, summarize, tbt_s, ttft_s
+from budgettune.pipeline.profile import ProfileConfig, ProfileOutcome, run_profile
+from budgettune.pipeline.profile import validate as validate_profile
 from budgettune.pipeline.replay import ReplayConfig, run_replay
+from budgettune.profile.plan import ProgressFn
+from budgettune.profile.schema import Profile, load_profile
 from budgettune.report.engine_config import FixedSettings
-from budgettune.results import Results, load_results, save_results
+from budgettune.results import save_results
 from budgettune.search import SLO, find_goodput
 from budgettune.sim.scheduler import SchedulerConfig
 from budgettune.sim.stepmodel import StepModel
 from budgettune.sweep.candidates import Candidates, budget_candidates
+from budgettune.sweep.document import (
+    ms_or_none,
+    prediction_json,
+    recommendation_document,
+    sweep_results,
+)
 from budgettune.sweep.early_stop import EarlyStop
 from budgettune.sweep.predict import Prediction, predict, typical_context_tokens
 from budgettune.sweep.runfolder import append_point, create_run_folder, resume_run_folder
 from budgettune.sweep.strategy import SearchState, Verdict, next_index
 from budgettune.sweep.verdict import Recommendation, recommend, write_outputs
 from budgettune.trace.schedule import Schedule
+
+PROFILE_FILE = "profile.json"  # the profile a sweep on a real engine measures first
+PROFILE_MIN_TOKENS = 256
+PROFILE_DEFAULT_MAX_TOKENS = 8192  # `budgettune profile`'s default --max-tokens
+PROFILE_MAX_BATCH = 256  # `budgettune profile`'s default --max-batch
 
 # Points whose engine failed to start, crashed or was aborted say nothing about the budget:
 # they are kept and shown, and the search goes on without them.
@@ -98,6 +114,92 @@ class SweepResult:
     document: dict[str, Any]  # what recommendation.json holds
 
 
+def open_run(run_dir: Path, settings: dict[str, Any], *, resume: bool) -> list[dict[str, Any]]:
+    """Start the run folder (its ``sweep.json``) or, resuming, check it asked the same question;
+    returns the points it already holds. Raises UserError for a folder that cannot be used."""
+    settings = {**settings, "schema_version": 1, "budgettune_version": __version__}
+    if resume:
+        return resume_run_folder(run_dir, settings)
+    create_run_folder(run_dir, settings)
+    return []
+
+
+def profile_config(
+    run_dir: Path,
+    *,
+    engine: str,
+    model: str,
+    gpu: str | None,
+    max_num_seqs: int,
+    budgets: Sequence[int] | None = None,
+    reference_budget: int | None = None,
+    seed: int = 0,
+    dtype: str | None = None,
+    tensor_parallel: int | None = None,
+    gpu_memory_utilization: float | None = None,
+    engine_args: tuple[str, ...] = (),
+    engine_cmd: tuple[str, ...] | None = None,
+    engine_env: dict[str, str] | None = None,
+    health_timeout_s: float | None = None,
+) -> ProfileConfig:
+    """The profile step of a sweep on a real engine: `budgettune profile`'s defaults, with
+    prompts up to the largest budget the sweep considers (``budgets`` and the reference; without
+    ``budgets``, at least the profile's default 8192: no iteration holds more than its budget),
+    capped at the model's length, and decode batches up to ``max_num_seqs`` (none can be
+    larger), written to ``<run>/profile.json``. Raises SpecError for a model it cannot read."""
+    considered = [*(budgets or ()), *([reference_budget] if reference_budget else [])]
+    if not budgets:
+        considered.append(PROFILE_DEFAULT_MAX_TOKENS)
+    limit = resolve_model(model).max_position_embeddings
+    max_tokens = max(PROFILE_MIN_TOKENS, *considered)
+    config = ProfileConfig(
+        model=model,
+        engine=engine,
+        gpu_name=gpu or "auto",
+        max_tokens=min(max_tokens, limit) if limit else max_tokens,
+        max_batch=min(PROFILE_MAX_BATCH, max_num_seqs),
+        output=run_dir / PROFILE_FILE,
+        dtype=dtype or "auto",
+        seed=seed,
+        tensor_parallel=tensor_parallel or 1,
+        gpu_memory_utilization=gpu_memory_utilization,
+        engine_args=engine_args,
+        engine_cmd=engine_cmd,
+        engine_env=dict(engine_env or {}),
+        health_timeout_s=health_timeout_s,
+        log_path=run_dir / "engine-profile.log",
+    )
+    validate_profile(config)
+    return config
+
+
+def saved_profile(run_dir: Path) -> Profile | None:
+    """The complete profile an earlier run of this sweep measured, None when there is none (or
+    only a partial one, which is measured again)."""
+    path = run_dir / PROFILE_FILE
+    if not path.is_file():
+        return None
+    profile = load_profile(path)
+    return profile if profile.complete and profile.step is not None else None
+
+
+def profile_first(
+    config: ProfileConfig,
+    *,
+    progress: ProgressFn | None = None,
+    on_start: Callable[[StartProgress], None] | None = None,
+) -> ProfileOutcome:
+    """Run `budgettune profile` into the run folder: profile.json, the curve as profile.csv and
+    the report profile.html. A profile that stops early is saved as far as it got and its
+    EngineError raised (the sweep stops with it)."""
+    outcome = run_profile(config, progress=progress, on_start=on_start)
+    if outcome.json_path is not None:
+        from budgettune.pipeline.report import run_report  # plotly: only when a page is due
+
+        run_report(outcome.json_path, output=outcome.json_path.with_suffix(".html"))
+    return outcome
+
+
 def plan(
     config: SweepConfig, schedule: Schedule
 ) -> tuple[Candidates, dict[int, Prediction], float]:
@@ -138,19 +240,14 @@ async def run_sweep(
     schedule: Schedule,
     schedule_at: Callable[[float], Schedule],
     events: SweepEvents | None = None,
+    finished: Sequence[dict[str, Any]] = (),
 ) -> SweepResult:
-    """Plan, verify live, recommend, and write the run folder. Raises UserError for a run folder
-    that cannot be used; an engine that fails at one budget is recorded and skipped."""
+    """Plan, verify live, recommend, and write the run folder, which :func:`open_run` made
+    (``finished``: the points it already holds, none of them re-run). An engine that fails at
+    one budget is recorded and skipped."""
     events = events or SweepEvents()
     started = time.perf_counter()
-    settings = {**config.settings, "schema_version": 1, "budgettune_version": __version__}
-    done: dict[int, dict[str, Any]] = {}
-    if config.resume:
-        for point in resume_run_folder(config.run_dir, settings):
-            done[int(point["budget"])] = point
-        _say(events, f"resuming {config.run_dir}: {len(done)} budget(s) already measured")
-    else:
-        create_run_folder(config.run_dir, settings)
+    done: dict[int, dict[str, Any]] = {int(point["budget"]): point for point in finished}
     candidates, predictions, _ = plan(config, schedule)
     if events.on_plan:
         events.on_plan(candidates, predictions)
@@ -208,7 +305,7 @@ async def run_sweep(
         baseline_label=config.baseline_label,
     )
     wall_s = time.perf_counter() - started
-    document = _recommendation_document(
+    document = recommendation_document(
         config, candidates, predictions, points, recommendation, launches, wall_s
     )
     files = write_outputs(
@@ -226,7 +323,9 @@ async def run_sweep(
         if config.served_model
         else None,
     )
-    files["results"] = save_results(_results(config, document, points), config.run_dir)
+    files["results"] = save_results(sweep_results(config, document, points), config.run_dir)
+    if (config.run_dir / PROFILE_FILE).is_file():  # the profile step's, or an earlier run's
+        files["profile"] = config.run_dir / PROFILE_FILE
     from budgettune.pipeline.report import run_report  # plotly loads only when a page is written
 
     files["report"] = run_report(config.run_dir).path
@@ -274,7 +373,7 @@ async def _verify(
         "budget": budget,
         "role": role,
         "rate": config.rate_per_s,
-        "predicted": _prediction_json(prediction),
+        "predicted": prediction_json(prediction),
     }
     started = time.perf_counter()
     try:
@@ -347,23 +446,6 @@ def _quantile_or_zero(values: Any, q: float) -> float:
     return quantile(values, q) if len(values) else 0.0
 
 
-def _ms_or_none(value_s: float) -> float | None:
-    return value_s * 1e3 if value_s == value_s and value_s != float("inf") else None
-
-
-def _prediction_json(prediction: Prediction | None) -> dict[str, Any] | None:
-    """The simulator's summary (percentile objects, like a measured point) plus the TBT and TTFT
-    at the sweep's SLO percentile (``*_at_slo_ms``) and the mean decode batch."""
-    if prediction is None:
-        return None
-    return {
-        **prediction.summary.to_json(),
-        "tbt_at_slo_ms": _ms_or_none(prediction.tbt_s),
-        "ttft_at_slo_ms": _ms_or_none(prediction.ttft_s),
-        "decode_batch": prediction.decode_batch,
-    }
-
-
 async def _goodput(
     config: SweepConfig,
     schedule_at: Callable[[float], Schedule],
@@ -409,81 +491,12 @@ async def _goodput(
             {
                 "rate": probe.rate_per_s,
                 "met": probe.met,
-                "tbt_p99_ms": _ms_or_none(probe.summary.tbt_s.p99),
-                "ttft_p99_ms": _ms_or_none(probe.summary.ttft_s.p99),
+                "tbt_p99_ms": ms_or_none(probe.summary.tbt_s.p99),
+                "ttft_p99_ms": ms_or_none(probe.summary.ttft_s.p99),
                 "failed": probe.summary.failed,
             }
             for probe in result.probes
         ]
-
-
-def _recommendation_document(
-    config: SweepConfig,
-    candidates: Candidates,
-    predictions: dict[int, Prediction],
-    points: list[dict[str, Any]],
-    recommendation: Recommendation,
-    launches: int,
-    wall_s: float,
-) -> dict[str, Any]:
-    """recommendation.json: versioned, self-describing, enough to rebuild the report."""
-    return {
-        "schema_version": 1,
-        "kind": "sweep",
-        "budgettune_version": __version__,
-        "budget": recommendation.budget_tokens,
-        "choice": recommendation.to_json(),
-        "slo": {
-            "tbt_ms": config.slo_tbt_s * 1e3,
-            "ttft_ms": config.slo_ttft_s * 1e3,
-            "percentile": config.percentile,
-        },
-        "load": {"rate_per_s": config.rate_per_s, "traffic": config.traffic},
-        "engine": {"name": config.engine, "default_budget": config.default_budget},
-        "model_source": config.model_source,
-        "hardware": config.hardware,
-        "candidates": {
-            "budgets": list(candidates.budgets),
-            "floor_tokens": candidates.floor_tokens,
-            "ceiling_tokens": candidates.ceiling_tokens,
-            "ridge_tokens": candidates.ridge_tokens,
-            "decode_batch": candidates.decode_batch,
-            "align_tokens": config.align_tokens,
-        },
-        "predictions": {str(b): _prediction_json(p) for b, p in sorted(predictions.items())},
-        "points": points,
-        "launches": launches,
-        "exhaustive": config.exhaustive,
-        "wall_s": round(wall_s, 3),
-        "command": list(config.command),
-        "settings": config.settings,
-    }
-
-
-def _results(
-    config: SweepConfig, document: dict[str, Any], points: list[dict[str, Any]]
-) -> Results:
-    """results.json of the sweep: every point with its measured summary at the top level (the
-    shape of a replay point), the prediction, the verdict, and the raw per-request records read
-    back from the point's own replay results, so the report needs nothing else."""
-    full_points = []
-    for point in points:
-        full = {**point, **(point.get("measured") or {})}
-        full.pop("measured", None)
-        replay_file = point.get("results_file")
-        if replay_file:
-            replay = load_results(Path(replay_file))
-            full["records"] = replay.points[0].get("records", []) if replay.points else []
-        full_points.append(full)
-    summary = {k: v for k, v in document.items() if k not in ("points", "settings", "command")}
-    return Results(
-        kind="sweep",
-        config={**config.settings, "sweep": summary},
-        points=full_points,
-        command=list(config.command),
-        engine={"name": config.engine, "default_budget": config.default_budget},
-        hardware=config.hardware,
-    )
 
 
 def _say(events: SweepEvents, text: str) -> None:

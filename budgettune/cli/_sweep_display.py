@@ -1,0 +1,215 @@
+"""The sweep's console: the live progress (profile step, candidates, engine starts, replays)
+and the closing table with the verdict. Printing only; the sweep itself is
+:mod:`budgettune.pipeline.sweep`."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from rich import box
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from budgettune.cli._common import console, console_err
+from budgettune.engine.base import EngineHandle, StartProgress
+from budgettune.units import format_ms
+
+if TYPE_CHECKING:  # the live runner (httpx) and the sweep pipeline load when the command runs
+    from budgettune.load.runner import RunProgress
+    from budgettune.pipeline.profile import ProfileConfig, ProfileOutcome
+    from budgettune.pipeline.sweep import SweepConfig, SweepResult
+
+
+def profile_with_progress(config: ProfileConfig) -> ProfileOutcome:
+    """The sweep's profile step with its own progress: the engine's start (elapsed time and the
+    log's last line), then the probes (done of planned, ETA)."""
+    from budgettune.pipeline.sweep import profile_first
+
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console_err,
+        transient=True,
+        refresh_per_second=4,
+    ) as progress:
+        task = progress.add_task(f"profile: starting {config.engine}", total=None)
+
+        def on_start(tick: StartProgress) -> None:
+            last = tick.last_log_line.strip()[-60:]
+            progress.update(
+                task,
+                description=f"profile: {tick.engine} {tick.phase} {tick.elapsed_s:.0f}s {last}",
+            )
+
+        def on_probe(series: str, done: int, planned: int) -> None:
+            progress.update(
+                task, description=f"profile: {series} probes", completed=done, total=planned
+            )
+
+        return profile_first(config, progress=on_probe, on_start=on_start)
+
+
+def run_with_progress(
+    config: SweepConfig,
+    schedule_at: Any,
+    schedule: Any,
+    finished: Sequence[dict[str, Any]] = (),
+) -> SweepResult:
+    from budgettune.pipeline.sweep import SweepEvents, run_sweep
+
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),  # the replay's ETA
+        console=console_err,
+        transient=True,
+        refresh_per_second=4,  # rendering holds the GIL: keep it rare beside the timing loop
+    ) as progress:
+        overall = progress.add_task("planning candidates", total=None)
+        replay_task = progress.add_task("replay", total=len(schedule), visible=False)
+
+        def on_plan(candidates: Any, predictions: Any) -> None:
+            progress.update(
+                overall,
+                description=f"sweep over {len(candidates.budgets)} candidates "
+                f"({', '.join(map(str, candidates.budgets))})",
+            )
+            console_err.print(
+                f"candidates: {', '.join(map(str, candidates.budgets))} (ridge "
+                f"{candidates.ridge_tokens:.0f} tokens, expected decode batch "
+                f"{candidates.decode_batch:.0f})",
+                highlight=False,
+            )
+
+        def on_launch(budget: int, role: str) -> None:
+            progress.update(overall, description=f"budget {budget} ({role}): starting engine")
+            progress.update(replay_task, visible=False, completed=0)
+
+        def on_start(tick: StartProgress) -> None:
+            last = tick.last_log_line.strip()[-60:]
+            progress.update(
+                overall, description=f"{tick.engine} {tick.phase} {tick.elapsed_s:.0f}s {last}"
+            )
+
+        def on_ready(handle: EngineHandle) -> None:
+            progress.update(overall, description=f"budget {handle.budget_tokens}: replaying")
+            progress.update(replay_task, visible=True, completed=0)
+
+        def on_replay(tick: RunProgress) -> None:
+            progress.update(
+                replay_task,
+                completed=tick.finished,
+                description=f"replay: {tick.sent} sent, {tick.failed} failed",
+            )
+
+        def on_point(point: dict[str, Any]) -> None:
+            progress.update(replay_task, visible=False)
+            console_err.print(_point_line(point, config), highlight=False)
+
+        def on_message(text: str) -> None:
+            console_err.print(text, highlight=False)
+
+        events = SweepEvents(
+            on_plan=on_plan, on_launch=on_launch, on_start=on_start, on_ready=on_ready,
+            on_replay=on_replay, on_point=on_point, on_message=on_message,
+        )  # fmt: skip
+        return asyncio.run(run_sweep(config, schedule, schedule_at, events, finished))
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else format_ms(value / 1e3)
+
+
+def _num(value_ms: float | None) -> str:
+    if value_ms is None or value_ms != value_ms:
+        return "-"
+    return f"{value_ms:,.0f}" if value_ms >= 100 else f"{value_ms:.1f}"
+
+
+def _point_line(point: dict[str, Any], config: SweepConfig) -> str:
+    if point["status"] != "measured":
+        return f"  budget {point['budget']}: {point['status']}: {point.get('error')}"
+    verdict = "meets both SLOs" if point["ok"] else "breaks an SLO"
+    note = " (early stop)" if point.get("early_stop") else ""
+    p = f"p{config.percentile:g}"
+    return (
+        f"  budget {point['budget']}: {p} TBT {_ms(point['tbt_ms'])}, {p} TTFT "
+        f"{_ms(point['ttft_ms'])}: {verdict}{note} [{point['wall_s']:.0f} s]"
+    )
+
+
+def _goodput_cell(point: dict[str, Any]) -> str:
+    rate = point.get("goodput_rate")
+    if rate is None:
+        return "-"
+    return f">= {rate:.3g} (cap)" if point.get("goodput_capped") else f"{rate:.3g}"
+
+
+def print_result(result: SweepResult, config: SweepConfig) -> None:
+    p = f"p{config.percentile:g}"
+    table = Table(
+        title=f"{p} at {config.rate_per_s:.3g} req/s, measured / predicted (SLO TBT <= "
+        f"{format_ms(config.slo_tbt_s)}, TTFT <= {format_ms(config.slo_ttft_s)})",
+        box=box.SIMPLE_HEAD,
+    )
+    columns = ["budget", "TBT ms", "TTFT ms", "tok/s", "failed", "verdict"]
+    if config.goodput:
+        columns.append("goodput req/s")
+    for column in columns:
+        table.add_column(column, justify="right")
+    measured = {int(pt["budget"]): pt for pt in result.points}
+    shown = {*result.candidates.budgets, *measured}
+    if config.default_budget is not None:
+        shown.add(config.default_budget)
+    for budget in sorted(shown):
+        prediction = result.predictions.get(budget)
+        point = measured.get(budget)
+        pred_tbt = _num(prediction.tbt_s * 1e3) if prediction else "-"
+        pred_ttft = _num(prediction.ttft_s * 1e3) if prediction else "-"
+        label = str(budget) + (" (default)" if budget == config.default_budget else "")
+        if point is None or point["status"] != "measured":
+            status = "[dim]not run[/dim]" if point is None else f"[red]{point['status']}[/red]"
+            cells = [label, f"- / {pred_tbt}", f"- / {pred_ttft}", "-", "-", status]
+            table.add_row(*cells, *(["-"] if config.goodput else []))
+            continue
+        summary = point["measured"]
+        verdict = "[green]pass[/green]" if point["ok"] else "[red]fail[/red]"
+        if point.get("early_stop"):
+            verdict += " (early)"
+        table.add_row(
+            label,
+            f"{_num(point['tbt_ms'])} / {pred_tbt}",
+            f"{_num(point['ttft_ms'])} / {pred_ttft}",
+            f"{summary['throughput_tokens_per_s'] or 0:,.0f}",
+            str(summary["failed"]),
+            verdict,
+            *([_goodput_cell(point)] if config.goodput else []),
+        )
+    console.print(table)
+    rec = result.recommendation
+    style = "bold green" if rec.budget_tokens is not None else "bold red"
+    console.print(f"[{style}]{rec.headline}[/{style}]", highlight=False)
+    for reason in rec.reasons:
+        console.print(f"  {reason}", highlight=False)
+    console.print(
+        f"{result.launches} engine launch(es), {result.wall_s:.0f} s. Files in {config.run_dir}: "
+        + ", ".join(path.name for path in result.files.values()),
+        highlight=False,
+    )
