@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
+from typer.core import _click
 
 from budgettune.cli import _engine_options as eo
 from budgettune.cli import _model_options as mo
@@ -36,13 +37,15 @@ DEFAULT_RATE_PER_S = 8.0
 DEFAULT_REQUESTS = 240
 NO_FEASIBLE_BUDGET_EXIT = 3
 ANALYTIC = "analytic"  # --profile analytic: the presets' roofline, no profile step
+ParameterSource = _click.core.ParameterSource
 
 
 @app.command()
 def sweep(
-    slo_tbt: str = typer.Option(
-        ..., "--slo-tbt", help="p99 time-between-tokens target, e.g. 50ms (required).",
-        rich_help_panel=SLO_PANEL,
+    ctx: typer.Context,
+    slo_tbt: str | None = typer.Option(
+        None, "--slo-tbt", help="p99 time-between-tokens target, e.g. 50ms (required, except "
+        "with --resume, which reads it from the run folder).", rich_help_panel=SLO_PANEL,
     ),
     slo_ttft: str = typer.Option(
         "1s", "--slo-ttft", help="p99 time-to-first-token target.", rich_help_panel=SLO_PANEL
@@ -136,8 +139,9 @@ def sweep(
         rich_help_panel=SEARCH_PANEL,
     ),
     resume: Path | None = typer.Option(
-        None, "--resume", help="Continue the sweep in this run folder; finished budgets are "
-        "not re-run.", rich_help_panel=SEARCH_PANEL,
+        None, "--resume", help="Continue the sweep in this run folder with the options it was "
+        "started with (options given again must match, except --engine-cmd, --env and the "
+        "timeouts); finished budgets are not re-run.", rich_help_panel=SEARCH_PANEL,
     ),
     as_json: bool = typer.Option(False, "--json", help="Print recommendation.json to stdout."),
 ) -> None:  # fmt: skip
@@ -147,10 +151,54 @@ def sweep(
     predicts each; the engine is launched and your traffic replayed only for the budgets the
     interval search needs. Writes recommendation.json, vllm.yaml and sglang.args.
     Exit code 0 with a recommendation, 3 when no budget meets both SLOs.
+    `--resume DIR` alone continues the sweep in DIR with the options it was started with.
     """
+    options = {name: value for name, value in locals().items() if name != "ctx"}
+    if resume is not None:
+        options = _restored(ctx, resume, options)
+    _sweep(**options)
+
+
+def _restored(ctx: typer.Context, run_dir: Path, options: dict[str, Any]) -> dict[str, Any]:
+    """The options of the sweep in ``run_dir`` (checked to exist first), with those typed on
+    this command line, which must ask the same question."""
+    from budgettune.sweep.resume import read_saved_options, restore_options
+    from budgettune.sweep.runfolder import SETTINGS_FILE
+
+    saved = read_saved_options(run_dir, SETTINGS_FILE)
+    if saved is None:  # a sweep saved before its options were: give them again
+        return options
+    given = {
+        name for name in options if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
+    }
+    flags = {param.name: max(param.opts, key=len) for param in ctx.command.params if param.name}
+    return restore_options(run_dir, saved, options, given, flags)
+
+
+def _sweep(
+    *, slo_tbt: str | None, slo_ttft: str, percentile: float, engine: str, url: str | None,
+    model: str | None, gpu: str | None, profile: Path | None, max_num_seqs: int,
+    engine_cmd: str | None, env: list[str], engine_arg: list[str], dtype: str | None,
+    tensor_parallel_size: int | None, gpu_memory_utilization: float | None,
+    prefix_caching: str, health_timeout: str | None, trace: Path | None, format: str | None,
+    columns: str | None, arrivals: str | None, rate: float | None, burstiness: float,
+    time_scale: float, window: str | None, requests: int | None, duration: str | None,
+    max_model_len: str | None, on_long: str, strict: bool, seed: int, prompt_dist: str | None,
+    output_dist: str | None, budgets: str | None, align: int, goodput: bool, baseline: str,
+    exhaustive: bool, warmup: int, request_timeout: str, max_error_rate: float | None,
+    output: Path | None, resume: Path | None, as_json: bool,
+) -> None:  # fmt: skip
+    """The sweep with every option resolved (a resumed sweep's from its run folder)."""
+    options = dict(locals())  # as given, saved for --resume (before the defaults below)
     from budgettune.load.runner import RunOptions
     from budgettune.pipeline.sweep import PROFILE_FILE, SweepConfig, open_run
+    from budgettune.sweep.resume import OPTIONS_KEY, saved_options
 
+    if slo_tbt is None:
+        raise SpecError(
+            "--slo-tbt: required (the p99 time-between-tokens target, e.g. 50ms)",
+            hint=None if resume is None else f"{resume} saved no options; give them again",
+        )
     slo_tbt_s = parse_duration_s(slo_tbt, option="--slo-tbt")
     slo_ttft_s = parse_duration_s(slo_ttft, option="--slo-ttft")
     if not 50 <= percentile < 100:
@@ -162,6 +210,8 @@ def sweep(
     if output is not None and resume is not None and output != resume:
         raise SpecError("--resume and -o name different folders; give one of them")
     engine_name, why = eo.resolve_auto_engine(engine, url, engine_cmd)
+    if resume is not None and engine_name != "external":
+        why = f"engine {engine_name} (as the sweep in {resume} ran)"
     if engine_name not in engine_names():  # before any planning or run folder
         raise SpecError(
             f"--engine: unknown engine {engine!r}; known: auto, {', '.join(engine_names())}"
@@ -224,6 +274,7 @@ def sweep(
         "warmup": warmup, "seed": seed, "goodput": goodput, "exhaustive": exhaustive,
         "baseline": default_budget,
     }  # fmt: skip
+    settings[OPTIONS_KEY] = saved_options({**options, "engine": engine_name})
     console_err.print(why, highlight=False)
     finished = open_run(run_dir, settings, resume=resume is not None)
     if resume is not None:

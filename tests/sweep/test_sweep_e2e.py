@@ -173,12 +173,15 @@ def test_resume_after_kill_reruns_nothing_finished(
     assert not marked_pids(mark), "an engine outlived the SIGKILLed sweep"
     assert_engines_gone(run_dir)
 
+    # --resume alone: the SLOs, traffic, engine and candidates come from the run folder
     resumed = subprocess.run(
-        [*budgettune_cmd, "sweep", *WORKLOAD, *args, "--resume", str(run_dir)],
+        [*budgettune_cmd, "sweep", "--resume", str(run_dir)],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resuming" in resumed.stderr
+    said = " ".join(resumed.stderr.split())
+    assert f"engine sim (as the sweep in {run_dir} ran)" in said
+    assert f"resuming {run_dir}: {len(finished_before)} budget(s) already measured" in said
     all_points = points(run_dir)
     budgets = [p["budget"] for p in all_points]
     assert len(budgets) == len(set(budgets)), "no budget measured twice"
@@ -186,6 +189,42 @@ def test_resume_after_kill_reruns_nothing_finished(
     doc = recommendation(run_dir)
     assert doc["launches"] == 5 - len(finished_before)
     assert doc["budget"] == 1024
+    assert doc["slo"]["tbt_ms"] == 46 and doc["exhaustive"] is True
+    assert doc["settings"]["traffic"] == json.loads((run_dir / "sweep.json").read_text())["traffic"]
+
+    # options given again must ask the same question: the same ones written differently pass
+    # ("0.046s" is 46ms), different ones are refused in one line naming each
+    same = subprocess.run(
+        [*budgettune_cmd, "sweep", "--resume", str(run_dir), "--slo-tbt", "0.046s",
+         "--engine", "sim", "--json"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert same.returncode == 0, same.stderr[-3000:]
+    assert json.loads(same.stdout)["launches"] == 0
+    refused = subprocess.run(
+        [*budgettune_cmd, "sweep", "--resume", str(run_dir), "--slo-tbt", "50ms",
+         "--budgets", "512", "--rate", "16"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert refused.returncode == 2
+    first = refused.stderr.splitlines()[0]
+    assert first == (
+        f"error: --resume: {run_dir} was a sweep with --budgets 1024,2048,3072,4096, --slo-tbt "
+        "46ms; this command gives --budgets 512, --slo-tbt 50ms"
+    ), refused.stderr
+    assert "candidates" not in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_resume_of_a_missing_folder_fails_before_planning(
+    budgettune_cmd: list[str], tmp_path: Path
+) -> None:
+    result = subprocess.run(
+        [*budgettune_cmd, "sweep", "--resume", str(tmp_path / "nope")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"error: --resume: {tmp_path / 'nope'} does not exist"]
+    assert not (tmp_path / "nope").exists()
 
 
 def test_resume_refuses_a_different_question(budgettune_cmd: list[str], tmp_path: Path) -> None:

@@ -81,8 +81,10 @@ def test_real_engine_without_profile_profiles_first(
     assert f"({len(partial['probes'])} probes) saved to {run_dir / 'profile.json'}" in err
     assert (run_dir / "sweep.json").is_file() and not (run_dir / "points.jsonl").exists()
 
-    # 2. Resumed: a partial profile is measured again, then the sweep runs on it.
-    resumed = run_sweep(budgettune_cmd, *options, "--resume", str(run_dir))
+    # 2. Resumed (the options come from the run folder; --env may change): a partial profile is
+    #    measured again, then the sweep runs on it.
+    resumed = run_sweep(budgettune_cmd, "--resume", str(run_dir), "--env",
+                        "FAKE_VLLM_CRASH_AFTER=0")  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "profiling vllm first" in resumed.stderr
     profile = json.loads((run_dir / "profile.json").read_text())
@@ -103,7 +105,7 @@ def test_real_engine_without_profile_profiles_first(
 
     # 3. Resumed again: the complete profile is reused, nothing is measured again.
     profile_mtime = (run_dir / "profile.json").stat().st_mtime_ns
-    again = run_sweep(budgettune_cmd, *options, "--resume", str(run_dir))
+    again = run_sweep(budgettune_cmd, "--resume", str(run_dir))
     assert again.returncode == 0, again.stderr[-3000:]
     assert "profiling" not in again.stderr
     assert f"profile: reusing {run_dir / 'profile.json'}" in " ".join(again.stderr.split())
