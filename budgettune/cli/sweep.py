@@ -4,6 +4,7 @@ as few of them as the interval search needs, the verdict, and the engine configs
 from __future__ import annotations
 
 import datetime as _dt
+import platform
 import shlex
 import sys
 from pathlib import Path
@@ -275,6 +276,12 @@ def _sweep(
         "baseline": default_budget,
     }  # fmt: skip
     settings[OPTIONS_KEY] = saved_options({**options, "engine": engine_name})
+    # provenance recorded now, so the report need not guess it later
+    settings["python_version"] = platform.python_version()
+    if trace is not None:
+        from budgettune.pipeline.simulate import file_sha256
+
+        settings["trace_sha256"] = file_sha256(trace)
     console_err.print(why, highlight=False)
     finished = open_run(run_dir, settings, resume=resume is not None)
     if resume is not None:
