@@ -31,6 +31,7 @@ from budgettune.units import parse_duration_s, parse_int_list
 
 if TYPE_CHECKING:  # the sweep and profile pipelines load when the command runs
     from budgettune.pipeline.profile import ProfileConfig
+    from budgettune.sweep.gpu import DetectedGPU
 
 SLO_PANEL = "SLOs"
 SEARCH_PANEL = "Search"
@@ -224,7 +225,12 @@ def _sweep(
         gpu = gpu or "h100-sxm"
     if engine_name in ("vllm", "sglang") and not model:
         raise SpecError(f"--model: the {engine_name} engine needs a model (a folder or an id)")
-    gpu_card = resolve_gpu(gpu) if gpu else None
+    detected = None
+    if engine_name in ("vllm", "sglang") and gpu is None:
+        from budgettune.sweep.gpu import detect_gpu
+
+        detected = detect_gpu()  # for the engine's default budget and the step-time model
+    gpu_card = resolve_gpu(gpu) if gpu else detected and detected.preset
     analytic = profile is not None and str(profile) == ANALYTIC
     measure_first = profile is None and engine_name in ("vllm", "sglang")
     run_dir = (
@@ -253,7 +259,7 @@ def _sweep(
         gpu_memory_utilization=gpu_memory_utilization, prefix_caching=prefix_caching,
         health_timeout=health_timeout, url=url,
     )  # fmt: skip
-    default_budget = _baseline(baseline, engine_name, gpu_card)
+    default_budget = _baseline(baseline, engine_name, gpu_card, detected)
     candidate_budgets = tuple(parse_int_list(budgets, option="--budgets")) if budgets else None
     profiling = None
     if measure_first:
@@ -263,7 +269,14 @@ def _sweep(
         )
         step_model, model_source = None, ""
     else:
-        step_model, model_source = _step_model(profile, model, gpu, engine_name)
+        step_model, model_source = _step_model(
+            profile, model, gpu_card.name if gpu_card else None, engine_name
+        )
+        if detected is not None and detected.name and detected.preset is None:
+            model_source += (
+                f"; no GPU preset matches {detected.name}, so h100-sxm's figures are used "
+                "(--gpu names another)"
+            )
     settings: dict[str, Any] = {
         "slo_tbt_s": slo_tbt_s, "slo_ttft_s": slo_ttft_s, "percentile": percentile,
         "engine": engine_name, "traffic": traffic.description, "model": model, "gpu": gpu,
@@ -283,6 +296,8 @@ def _sweep(
 
         settings["trace_sha256"] = file_sha256(trace)
     console_err.print(why, highlight=False)
+    if detected is not None:
+        console_err.print(_detected_line(detected, engine_name, baseline, default_budget))
     finished = open_run(run_dir, settings, resume=resume is not None)
     if resume is not None:
         console_err.print(
@@ -321,7 +336,11 @@ def _sweep(
         resume=resume is not None,
         settings=settings,
         command=("budgettune", *sys.argv[1:]),
-        hardware={"gpu": gpu_card.name if gpu_card else None, "model": model},
+        hardware={
+            "gpu": gpu_card.name if gpu_card else None,
+            **({"gpu_detected": detected.describe()} if detected else {}),
+            "model": model,
+        },
         served_model=model if engine_name in ("vllm", "sglang") else None,
     )
     result = run_with_progress(config, traffic.at_rate, schedule, finished)
@@ -333,14 +352,17 @@ def _sweep(
         raise typer.Exit(NO_FEASIBLE_BUDGET_EXIT)
 
 
-def _baseline(text: str, engine: str, gpu_card: Any) -> int | None:
-    """The reference budget: the engine's default for ``auto``, a number, or None."""
+def _baseline(text: str, engine: str, gpu_card: Any, detected: DetectedGPU | None) -> int | None:
+    """The reference budget: the engine's default for ``auto`` (on the detected GPU when
+    --gpu is not given), a number, or None."""
     choice = text.strip().lower()
     if choice == "none":
         return None
     if choice == "auto":
         if engine == "external":
             return None  # a running server's budget is whatever it was started with
+        if detected is not None:
+            return detected.default_budget(engine)[0]
         if engine == "sglang":
             return sglang_default_budget(gpu_card)
         return vllm_default_budget(gpu_card)
@@ -351,6 +373,20 @@ def _baseline(text: str, engine: str, gpu_card: Any) -> int | None:
     if value <= 0:
         raise SpecError(f"--baseline: must be positive, got {value}")
     return value
+
+
+def _detected_line(
+    detected: DetectedGPU, engine: str, baseline: str, default_budget: int | None
+) -> str:
+    """One line: the card nvidia-smi shows and the reference budget it implies."""
+    text = f"GPU: {detected.describe()}; "
+    choice = baseline.strip().lower()
+    if choice == "auto":
+        budget, rule = detected.default_budget(engine)
+        return text + f"engine default budget {budget} ({rule})"
+    if choice == "none":
+        return text + "no reference budget (--baseline none)"
+    return text + f"reference budget {default_budget} (--baseline)"
 
 
 def _step_model(
