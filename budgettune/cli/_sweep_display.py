@@ -22,6 +22,7 @@ from rich.table import Table
 
 from budgettune.cli._common import console, console_err
 from budgettune.engine.base import EngineHandle, StartProgress
+from budgettune.sweep.verdict import rate_text
 from budgettune.units import format_ms
 
 if TYPE_CHECKING:  # the live runner (httpx) and the sweep pipeline load when the command runs
@@ -165,7 +166,8 @@ def _goodput_cell(point: dict[str, Any]) -> str:
 def print_result(result: SweepResult, config: SweepConfig) -> None:
     p = f"p{config.percentile:g}"
     table = Table(
-        title=f"{p} at {config.rate_per_s:.3g} req/s, measured / predicted (SLO TBT <= "
+        title=f"{p} at {rate_text(config.rate_per_s, config.asked_rate_per_s, config.requests)}"
+        f", measured / predicted (SLO TBT <= "
         f"{format_ms(config.slo_tbt_s)}, TTFT <= {format_ms(config.slo_ttft_s)})",
         box=box.SIMPLE_HEAD,
     )

@@ -326,6 +326,8 @@ def _sweep(
         scheduler=_scheduler(step_model, gpu_card, max_num_seqs, tensor_parallel_size or 1),
         traffic=traffic.description,
         rate_per_s=schedule.rate_per_s,
+        asked_rate_per_s=rate,
+        requests=len(schedule),
         run_dir=run_dir,
         budgets=candidate_budgets,
         align_tokens=align,

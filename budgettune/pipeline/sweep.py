@@ -70,7 +70,7 @@ class SweepConfig:
     model_source: str  # where the step-time model came from, for the report
     scheduler: SchedulerConfig  # the prediction's scheduler (budget replaced per candidate)
     traffic: str
-    rate_per_s: float
+    rate_per_s: float  # the schedule's realised rate
     run_dir: Path
     budgets: tuple[int, ...] | None = None  # None: derive candidates from the model
     align_tokens: int = 256
@@ -83,6 +83,8 @@ class SweepConfig:
     command: tuple[str, ...] = ()
     hardware: dict[str, Any] | None = None
     served_model: str | None = None  # the model path/name for the written engine configs
+    asked_rate_per_s: float | None = None  # --rate (the realised rate of a short schedule differs)
+    requests: int | None = None  # requests in the schedule
 
     @property
     def quantile(self) -> float:
@@ -300,6 +302,8 @@ async def run_sweep(
         slo_ttft_s=config.slo_ttft_s,
         percentile=config.percentile,
         rate_per_s=config.rate_per_s,
+        asked_rate_per_s=config.asked_rate_per_s,
+        requests=config.requests,
         default_budget=config.default_budget,
         candidates=candidates,
         baseline_label=config.baseline_label,

@@ -55,7 +55,12 @@ def recommendation_document(
             "ttft_ms": config.slo_ttft_s * 1e3,
             "percentile": config.percentile,
         },
-        "load": {"rate_per_s": config.rate_per_s, "traffic": config.traffic},
+        "load": {
+            "rate_per_s": config.rate_per_s,
+            "asked_rate_per_s": config.asked_rate_per_s,
+            "requests": config.requests,
+            "traffic": config.traffic,
+        },
         "engine": {"name": config.engine, "default_budget": config.default_budget},
         "model_source": config.model_source,
         "hardware": config.hardware,

@@ -41,6 +41,21 @@ def _ms(value_ms: float | None) -> str:
     return "failed requests" if value_ms is None else format_ms(value_ms / 1e3)
 
 
+RATE_TOLERANCE = 0.02  # a realised rate within 2% of the asked one is that rate
+
+
+def rate_text(
+    rate_per_s: float, asked_rate_per_s: float | None = None, requests: int | None = None
+) -> str:
+    """The load in words: "7.2 req/s", or, when the schedule's realised rate differs from the
+    asked one by more than 2% (a short Poisson schedule), both: "8 req/s (7.16 realised over
+    240 requests)"."""
+    if asked_rate_per_s is None or abs(rate_per_s / asked_rate_per_s - 1) <= RATE_TOLERANCE:
+        return f"{rate_per_s:.3g} req/s"
+    over = f" over {requests} requests" if requests else ""
+    return f"{asked_rate_per_s:.3g} req/s ({rate_per_s:.3g} realised{over})"
+
+
 def recommend(
     points: Sequence[dict[str, Any]],
     *,
@@ -51,9 +66,15 @@ def recommend(
     default_budget: int | None,
     candidates: Candidates,
     baseline_label: str = "Your engine default",
+    asked_rate_per_s: float | None = None,
+    requests: int | None = None,
 ) -> Recommendation:
-    """Pick the largest measured budget that met both SLOs and explain the choice."""
+    """Pick the largest measured budget that met both SLOs and explain the choice.
+
+    ``rate_per_s`` is the schedule's realised rate; ``asked_rate_per_s`` (--rate), when it
+    differs by more than 2%, is named beside it with the ``requests`` it was realised over."""
     p = f"p{percentile:g}"
+    load = rate_text(rate_per_s, asked_rate_per_s, requests)
     slo_tbt, slo_ttft = format_ms(slo_tbt_s), format_ms(slo_ttft_s)
     measured = sorted(
         (pt for pt in points if pt.get("status") == "measured"), key=lambda pt: pt["budget"]
@@ -75,7 +96,7 @@ def recommend(
         best = inside[-1] if inside else passing[-1]
         headline = (
             f"Recommended: {best['budget']}. {p} TBT {_ms(best['tbt_ms'])} <= {slo_tbt}, "
-            f"{p} TTFT {_ms(best['ttft_ms'])} <= {slo_ttft} at {rate_per_s:.3g} req/s."
+            f"{p} TTFT {_ms(best['ttft_ms'])} <= {slo_ttft} at {load}."
         )
         above = [pt for pt in measured if pt["budget"] > best["budget"]]
         if above:
@@ -129,7 +150,7 @@ def recommend(
         binding = "both"
         advice = (
             f"Both bind: budgets small enough for {p} TBT <= {slo_tbt} miss {p} TTFT <= "
-            f"{slo_ttft}, and larger ones break TBT. The load ({rate_per_s:.3g} req/s) is too "
+            f"{slo_ttft}, and larger ones break TBT. The load ({load}) is too "
             "high for these SLOs on this hardware: lower it, loosen an SLO, add GPUs, or "
             "disaggregate prefill and decode."
         )

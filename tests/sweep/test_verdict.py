@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from budgettune.sweep.candidates import Candidates
 from budgettune.sweep.verdict import recommend
 
@@ -99,3 +101,20 @@ def test_only_passes_above_a_tbt_failure_still_recommend_the_largest() -> None:
     rec = choose([point(512, 60, 500), point(8192, 45, 300, "reference")])
     assert rec.budget_tokens == 8192
     assert rec.reasons[0].startswith("512 breaks p99 TBT, yet the larger 8192 meets it")
+
+
+def test_the_load_names_the_asked_rate_when_the_schedule_realised_another() -> None:
+    points = [point(512, 20, 700), point(1024, 40, 500)]
+    kwargs: dict[str, Any] = dict(slo_tbt_s=0.05, slo_ttft_s=1.0, percentile=99,
+                                  default_budget=None, candidates=CANDIDATES)  # fmt: skip
+    # a short Poisson schedule asked for 8 req/s realised 7.16 over its 240 requests (10.5% off)
+    rec = recommend(points, rate_per_s=7.16, asked_rate_per_s=8, requests=240, **kwargs)
+    assert rec.headline.endswith("at 8 req/s (7.16 realised over 240 requests).")
+    # within 2%, the realised rate is the asked one and stands alone
+    close = recommend(points, rate_per_s=7.9, asked_rate_per_s=8, requests=240, **kwargs)
+    assert close.headline.endswith("at 7.9 req/s.")
+    # a trace replayed at its own rate asked for none
+    assert recommend(points, rate_per_s=7.16, **kwargs).headline.endswith("at 7.16 req/s.")
+    both = recommend([point(512, 20, 3000), point(1024, 70, 400)], rate_per_s=7.16,
+                     asked_rate_per_s=8, requests=240, **kwargs)  # fmt: skip
+    assert "The load (8 req/s (7.16 realised over 240 requests)) is too high" in both.reasons[0]
