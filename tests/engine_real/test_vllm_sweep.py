@@ -1,5 +1,6 @@
-"""`budgettune sweep` against the real vLLM CPU build, through the installed command: it writes a
-vllm.yaml that `vllm serve --config` then accepts (the server starts and answers /health)."""
+"""`budgettune sweep` against the real vLLM CPU build, through the installed command: without
+--profile it runs the profile step on vLLM first, then writes a vllm.yaml that `vllm serve
+--config` accepts (the server starts and answers /health)."""
 
 from __future__ import annotations
 
@@ -69,7 +70,23 @@ def test_sweep_on_vllm_writes_a_config_vllm_serves(
     sweep_s = time.monotonic() - started
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert "engine vllm (as asked)" in result.stderr
+    # No --profile: the profile step ran first on the same engine options, sized to the
+    # budgets (prompts to 1024 tokens) and --max-num-seqs (decode batches to 16).
+    err = " ".join(result.stderr.split())
+    profile_path = run_dir / "profile.json"
+    assert (
+        f"no --profile: profiling vllm first (prompts to 1024 tokens, decode batches to 16) "
+        f"into {profile_path}"
+    ) in err, err
+    profile = json.loads(profile_path.read_text())
+    assert profile["kind"] == "measured" and profile["complete"] is True
+    assert profile["engine"]["name"] == "vllm" and profile["engine"]["version"]
+    series = {p["series"] for p in profile["probes"]}
+    assert series >= {"prefill", "decode", "mixed"}, series
+    assert all(min(p["times_s"]) > 0 for p in profile["probes"])
+    assert (run_dir / "profile.csv").is_file() and (run_dir / "profile.html").is_file()
     doc = json.loads((run_dir / "recommendation.json").read_text())
+    assert doc["model_source"] == f"calibrated profile {profile_path} (measured first)"
     assert doc["budget"] == 1024
     point = doc["points"][-1]
     assert point["engine"]["name"] == "vllm" and point["engine"]["version"]
@@ -120,5 +137,7 @@ def test_sweep_on_vllm_writes_a_config_vllm_serves(
     # itself exits: what matters is that the whole group went on SIGTERM alone.
     assert not left, f"vLLM processes {left} needed SIGKILL after SIGTERM"
     assert not pids_marked(mark)
-    print(f"sweep on vLLM CPU: {sweep_s:.0f} s; p99 TBT {point['tbt_ms']:.1f} ms, "
-          f"p99 TTFT {point['ttft_ms']:.0f} ms at budget 1024")  # fmt: skip
+    print(f"sweep on vLLM CPU: {sweep_s:.0f} s (profile step {profile['elapsed_s']:.0f} s, "
+          f"{len(profile['probes'])} probes); p99 TBT {point['tbt_ms']:.1f} ms (predicted "
+          f"{point['predicted']['tbt_at_slo_ms']:.1f}), p99 TTFT {point['ttft_ms']:.0f} ms at "
+          "budget 1024")  # fmt: skip
