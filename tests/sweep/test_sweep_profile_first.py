@@ -132,3 +132,15 @@ def test_analytic_and_external_say_where_predictions_come_from(
     (line,) = (tmp_path / "analytic" / "points.jsonl").read_text().splitlines()
     point = json.loads(line)
     assert point["status"] == "engine_failed" and "no-such-vllm" in point["error"]
+    # A server you run cannot be profiled without launching one: said plainly, analytic.
+    external = run_sweep(
+        budgettune_cmd, "--engine", "external", "--url", "http://127.0.0.1:9",
+        "--model", "llama-3.1-8b", "--budgets", "512", "--requests", "10", "--slo-tbt", "50ms",
+        "-o", str(tmp_path / "external"),
+    )  # fmt: skip
+    said = " ".join(external.stderr.split())
+    assert (
+        "step-time model: analytic roofline of llama-3.1-8b on h100-sxm: predictions are "
+        "analytic (presets, not measured); a server you run cannot be profiled"
+    ) in said, said
+    assert "profiling" not in said and not (tmp_path / "external" / "profile.json").exists()
