@@ -462,7 +462,7 @@ async def _goodput(
     probes is a replay submitted back to this event loop on the same running engine.
     """
     loop = asyncio.get_running_loop()
-    slo = SLO(tbt_s=config.slo_tbt_s, ttft_s=config.slo_ttft_s)
+    slo = SLO(tbt_s=config.slo_tbt_s, ttft_s=config.slo_ttft_s, percentile=config.percentile)
     for point in points:
         if point["status"] != MEASURED:
             continue
@@ -484,6 +484,7 @@ async def _goodput(
                 return summarize(
                     [live.record for live in outcome.records],
                     warmup_requests=config.run.warmup_requests,
+                    slo_quantile=config.quantile,  # the search judges at --percentile
                 )
 
             result = await asyncio.to_thread(
@@ -497,10 +498,19 @@ async def _goodput(
                 "met": probe.met,
                 "tbt_p99_ms": ms_or_none(probe.summary.tbt_s.p99),
                 "ttft_p99_ms": ms_or_none(probe.summary.ttft_s.p99),
+                **_at_slo_ms(probe.summary),
                 "failed": probe.summary.failed,
             }
             for probe in result.probes
         ]
+
+
+def _at_slo_ms(summary: MetricsSummary) -> dict[str, float | None]:
+    """TBT and TTFT at the SLO percentile, the figures the goodput verdict was judged on."""
+    at = summary.at_quantile
+    if at is None:
+        return {}
+    return {"tbt_at_slo_ms": ms_or_none(at.tbt_s), "ttft_at_slo_ms": ms_or_none(at.ttft_s)}
 
 
 def _say(events: SweepEvents, text: str) -> None:

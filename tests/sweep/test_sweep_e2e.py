@@ -293,7 +293,7 @@ def test_goodput_finds_each_verified_budgets_highest_rate(
         [*budgettune_cmd, "sweep", "--engine", "sim", "--prompt-dist", "fixed:1000",
          "--output-dist", "fixed:32", "--rate", "8", "--requests", "40", "--seed", "1",
          "--slo-tbt", "46ms", "--slo-ttft", "300ms", "--budgets", "1024", "--baseline", "none",
-         "--goodput", "-o", str(run_dir)],
+         "--goodput", "--percentile", "90", "-o", str(run_dir)],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -307,7 +307,11 @@ def test_goodput_finds_each_verified_budgets_highest_rate(
     assert above and min(above) <= rate * 1.05
     # every probe is a real replay on the one launched engine, with its figures kept
     assert all(p["ttft_p99_ms"] is not None for p in probes)
-    assert all(p["met"] == (p["ttft_p99_ms"] <= 300 and p["tbt_p99_ms"] <= 46) for p in probes)
+    # judged at --percentile 90, not p99: the figures at p90 decide, and they sit below p99
+    assert all(
+        p["met"] == (p["ttft_at_slo_ms"] <= 300 and p["tbt_at_slo_ms"] <= 46) for p in probes
+    )
+    assert all(p["tbt_at_slo_ms"] <= p["tbt_p99_ms"] for p in probes)
     # the console table shows it, and only the asked budget (not the simulator's 2048 probe)
     assert "goodput" in result.stdout
     (row,) = [line for line in result.stdout.splitlines() if line.split()[:1] == ["1024"]]
