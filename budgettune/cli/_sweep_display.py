@@ -36,17 +36,7 @@ def profile_with_progress(config: ProfileConfig) -> ProfileOutcome:
     log's last line), then the probes (done of planned, ETA)."""
     from budgettune.pipeline.sweep import profile_first
 
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=console_err,
-        transient=True,
-        refresh_per_second=4,
-    ) as progress:
+    with _progress() as progress:
         task = progress.add_task(f"profile: starting {config.engine}", total=None)
 
         def on_start(tick: StartProgress) -> None:
@@ -72,17 +62,7 @@ def run_with_progress(
 ) -> SweepResult:
     from budgettune.pipeline.sweep import SweepEvents, run_sweep
 
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),  # the replay's ETA
-        console=console_err,
-        transient=True,
-        refresh_per_second=4,  # rendering holds the GIL: keep it rare beside the timing loop
-    ) as progress:
+    with _progress() as progress:
         overall = progress.add_task("planning candidates", total=None)
         replay_task = progress.add_task("replay", total=len(schedule), visible=False)
 
@@ -214,4 +194,20 @@ def print_result(result: SweepResult, config: SweepConfig) -> None:
         f"{result.launches} engine launch(es), {result.wall_s:.0f} s. Files in {config.run_dir}: "
         + ", ".join(path.name for path in result.files.values()),
         highlight=False,
+    )
+
+
+def _progress() -> Progress:
+    """The live display of the profile step and the sweep: elapsed time and ETA; rendered
+    rarely, since rendering holds the GIL beside the load generator's timing loop."""
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console_err,
+        transient=True,
+        refresh_per_second=4,
     )

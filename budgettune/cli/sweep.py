@@ -165,9 +165,8 @@ def _restored(ctx: typer.Context, run_dir: Path, options: dict[str, Any]) -> dic
     """The options of the sweep in ``run_dir`` (checked to exist first), with those typed on
     this command line, which must ask the same question."""
     from budgettune.sweep.resume import read_saved_options, restore_options
-    from budgettune.sweep.runfolder import SETTINGS_FILE
 
-    saved = read_saved_options(run_dir, SETTINGS_FILE)
+    saved = read_saved_options(run_dir)
     if saved is None:  # a sweep saved before its options were: give them again
         return options
     given = {

@@ -431,13 +431,15 @@ def detect_hardware(gpu_name: str = "auto") -> Hardware:
     return Hardware("cpu", cpu_model(), count=1)
 
 
-def _nvidia_smi() -> list[tuple[str, str]]:
+def query_gpus(*fields: str) -> list[list[str]]:
+    """``nvidia-smi --query-gpu=FIELDS`` as one row of stripped values per GPU, with units
+    left out; [] when there is no nvidia-smi or it fails (no driver, no GPU)."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return []
     try:
         out = subprocess.run(
-            [exe, "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            [exe, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
             capture_output=True,
             text=True,
             timeout=20,
@@ -445,12 +447,12 @@ def _nvidia_smi() -> list[tuple[str, str]]:
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return []
-    rows = []
-    for line in out.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) >= 2 and parts[0]:
-            rows.append((parts[0], parts[1]))
-    return rows
+    rows = [[part.strip() for part in line.split(",")] for line in out.splitlines()]
+    return [row for row in rows if len(row) == len(fields) and row[0]]
+
+
+def _nvidia_smi() -> list[tuple[str, str]]:
+    return [(name, driver) for name, driver in query_gpus("name", "driver_version")]
 
 
 def cpu_model() -> str:

@@ -4,12 +4,10 @@ read too, so an unknown card still gets the engine's default-budget rule."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from dataclasses import dataclass
 
 from budgettune.hardware import GPU, resolve_gpu
-from budgettune.profile.schema import detect_hardware
+from budgettune.profile.schema import detect_hardware, query_gpus
 from budgettune.sweep.candidates import (
     SGLANG_DEFAULT_RULE,
     VLLM_DEFAULT_RULE,
@@ -64,21 +62,8 @@ def detect_gpu() -> DetectedGPU:
 
 def _memory_total_bytes() -> float | None:
     """The first GPU's memory as nvidia-smi reports it (MiB), in bytes; None if it cannot say."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
+    rows = query_gpus("memory.total")
     try:
-        out = subprocess.run(
-            [exe, "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    first = out.strip().splitlines()[0].strip() if out.strip() else ""
-    try:
-        return float(first) * _MIB
+        return float(rows[0][0]) * _MIB if rows else None
     except ValueError:
         return None

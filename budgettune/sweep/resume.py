@@ -4,12 +4,12 @@ naming every option that differs)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from budgettune.errors import BudgettuneError, UserError
+from budgettune.sweep.runfolder import read_settings
 from budgettune.units import parse_duration_s, parse_int_list
 
 OPTIONS_KEY = "options"  # in sweep.json: every option as the sweep resolved it
@@ -33,19 +33,10 @@ def saved_options(options: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def read_saved_options(run_dir: Path, settings_file: str) -> dict[str, Any] | None:
-    """The options saved in ``run_dir``'s settings; None for a sweep saved before they were.
+def read_saved_options(run_dir: Path) -> dict[str, Any] | None:
+    """The options saved in ``run_dir``'s sweep.json; None for a sweep saved before they were.
     Raises UserError when ``run_dir`` holds no sweep."""
-    path = run_dir / settings_file
-    if not run_dir.is_dir():
-        raise UserError(f"--resume: {run_dir} does not exist")
-    if not path.is_file():
-        raise UserError(f"--resume: {run_dir} holds no sweep ({settings_file} is missing)")
-    try:
-        saved = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UserError(f"--resume: cannot read {path}: {exc}") from None
-    options = saved.get(OPTIONS_KEY) if isinstance(saved, dict) else None
+    options = read_settings(run_dir).get(OPTIONS_KEY)
     return dict(options) if isinstance(options, dict) else None
 
 

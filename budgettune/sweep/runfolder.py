@@ -34,15 +34,25 @@ def create_run_folder(run_dir: Path, settings: dict[str, Any]) -> None:
         raise UserError(f"-o: cannot write to {run_dir}: {exc.strerror or exc}") from None
 
 
-def resume_run_folder(run_dir: Path, settings: dict[str, Any]) -> list[dict[str, Any]]:
-    """The finished points of the sweep in ``run_dir``, after checking it asked the same."""
+def read_settings(run_dir: Path) -> dict[str, Any]:
+    """The sweep.json of the sweep in ``run_dir``; UserError (for --resume) when there is none."""
     settings_path = run_dir / SETTINGS_FILE
+    if not run_dir.is_dir():
+        raise UserError(f"--resume: {run_dir} does not exist")
     if not settings_path.is_file():
         raise UserError(f"--resume: {run_dir} holds no sweep ({SETTINGS_FILE} is missing)")
     try:
         saved = json.loads(settings_path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise UserError(f"--resume: cannot read {settings_path}: {exc}") from None
+    if not isinstance(saved, dict):
+        raise UserError(f"--resume: {settings_path} is not a sweep's settings (not an object)")
+    return saved
+
+
+def resume_run_folder(run_dir: Path, settings: dict[str, Any]) -> list[dict[str, Any]]:
+    """The finished points of the sweep in ``run_dir``, after checking it asked the same."""
+    saved = read_settings(run_dir)
     for key in RESUME_KEYS:
         if json.dumps(saved.get(key), default=str) != json.dumps(settings.get(key), default=str):
             raise UserError(

@@ -26,7 +26,7 @@ def test_options_not_given_come_from_the_folder(tmp_path: Path) -> None:
     original = {"slo_tbt": "46ms", "trace": trace, "budgets": "512,1024", "env": ["A=1"],
                 "output": tmp_path / "run", "resume": None, "as_json": False}  # fmt: skip
     run_dir = saved_folder(tmp_path, original)
-    saved = read_saved_options(run_dir, "sweep.json")
+    saved = read_saved_options(run_dir)
     assert saved is not None and "output" not in saved and saved["trace"] == str(trace)
     now = {"slo_tbt": None, "trace": None, "budgets": None, "env": ["B=2"], "output": None,
            "resume": run_dir, "as_json": True}  # fmt: skip
@@ -58,8 +58,8 @@ def test_a_different_question_is_refused_naming_each_option(tmp_path: Path) -> N
 
 def test_missing_folder_and_old_sweeps(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="does not exist"):
-        read_saved_options(tmp_path / "nope", "sweep.json")
+        read_saved_options(tmp_path / "nope")
     with pytest.raises(UserError, match=r"holds no sweep \(sweep.json is missing\)"):
-        read_saved_options(tmp_path, "sweep.json")
+        read_saved_options(tmp_path)
     (tmp_path / "sweep.json").write_text(json.dumps({"slo_tbt_s": 0.05}))
-    assert read_saved_options(tmp_path, "sweep.json") is None  # saved before options were
+    assert read_saved_options(tmp_path) is None  # saved before options were
