@@ -24,6 +24,16 @@ def test_version(budgettune_cmd: list[str]) -> None:
     assert result.stdout.strip() == f"budgettune {__version__}"
 
 
+def test_no_command_prints_the_help_not_an_error(budgettune_cmd: list[str]) -> None:
+    """`budgettune` (or `budgettune trace`) alone shows the help, as click does, with no
+    'error:' line from the one-line parser-error handler."""
+    for args in ([], ["trace"]):
+        result = run(budgettune_cmd, *args)
+        assert result.returncode == 2
+        output = result.stdout + result.stderr
+        assert "Usage: budgettune" in output and "error:" not in output
+
+
 def test_help_lists_units_and_defaults() -> None:
     result = runner.invoke(app, ["roofline", "--help"])
     assert result.exit_code == 0

@@ -39,6 +39,8 @@ class _Group(TyperGroup):
         argv = list(sys.argv[1:] if args is None else args)
         try:
             result = super().main(argv, prog_name, complete_var, standalone_mode=False, **forward)
+        except _click.exceptions.NoArgsIsHelpError as error:
+            sys.exit(error.exit_code)  # `budgettune` alone: the help was printed while raising
         except _click.exceptions.ClickException as error:
             console_err.print(
                 f"[bold red]error:[/bold red] {usage_error_line(error, argv)}",
