@@ -26,7 +26,6 @@ from budgettune.pipeline.simulate import (
     parse_budgets,
     run_simulate,
 )
-from budgettune.profile.schema import load_profile
 from budgettune.search import SLO
 from budgettune.sim.kvcache import (
     DEFAULT_BLOCK_SIZE,
@@ -215,8 +214,7 @@ def simulate(
         tensor_parallel = profiled.tensor_parallel
         options.update(model=profiled.shape.name, dtype=profiled.dtype, mode=step_model.mode)
         model_label = f"{profiled.shape.name} from {profiled.description} ({step_model.mode})"
-        measured_ridge = load_profile(profile).ridge
-        if measured_ridge is not None and not measured_ridge.knee_found:
+        if not profiled.knee_found:
             # F/B of the fitted model is not a knee the measurements showed: say which it is.
             ridge_label = "fitted F/B = {:.0f} tokens (the profile found no knee)"
     else:

@@ -88,6 +88,7 @@ class ProfiledModel:
     tensor_parallel: int
     dtype: str
     description: str  # for banners: "profile FILE (measured, vllm on CPU NAME)"
+    knee_found: bool  # False: the measurements showed no ridge; F/B is only the fit's ratio
 
 
 def profiled_model(path: Path | str, gpu: str) -> ProfiledModel:
@@ -118,6 +119,7 @@ def profiled_model(path: Path | str, gpu: str) -> ProfiledModel:
         tensor_parallel=tensor_parallel,
         dtype=profile.model.dtype,
         description=f"profile {path} ({profile.kind}, {profile.engine.name} on {where})",
+        knee_found=profile.ridge is None or profile.ridge.knee_found,
     )
 
 
