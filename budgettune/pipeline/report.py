@@ -139,10 +139,11 @@ def build_input(
     """Read ``source`` (file or folder) into the report's input; ``compare``: other profiles
     drawn beside a profile source's curve (``--with``). Raises UserError naming the file."""
     others = tuple(load_profile(path, option="--with") for path in compare)
-    if others and not _is_profile_file(source):
-        raise SpecError(f"--with: applies to a profile JSON source, and {source} is not one")
+    not_a_profile = SpecError(f"--with: applies to a profile JSON source, and {source} is not one")
     if source.is_file() and source.name in (RECOMMENDATION_FILE, POINTS_FILE, SETTINGS_FILE):
         source = source.parent
+    if others and source.is_dir():  # a sweep's or a replay's folder
+        raise not_a_profile
     if is_sweep_folder(source):
         report, doc = sweep_input(source, slo=slo, report_dir=report_dir)
         profile = sweep_profile(doc, source)
@@ -160,6 +161,8 @@ def build_input(
         raise UserError(f"report: {source}: no such file or folder")
     doc = read_json(source)
     kind = detect_kind(doc, source=f"report: {source}")
+    if others and kind != "profile":
+        raise not_a_profile
     if kind == "profile":
         loaded = profile_from_json(doc, source=str(source))
         return profile_page(loaded, profile_file=relative_path(source, report_dir), others=others)
@@ -184,15 +187,6 @@ def build_input(
 def default_output(source: Path) -> Path:
     """report.html in the source's folder (or in the folder given)."""
     return (source if source.is_dir() else source.parent) / REPORT_FILE
-
-
-def _is_profile_file(source: Path) -> bool:
-    if not source.is_file():
-        return False
-    try:
-        return detect_kind(read_json(source), source=str(source)) == "profile"
-    except UserError:
-        return False
 
 
 def run_report(
