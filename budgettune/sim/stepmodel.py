@@ -90,17 +90,32 @@ class StepModel:
         """
         if prefill_tokens <= 0 and decodes <= 0:
             return 0.0
-        tokens = prefill_tokens + decodes
-        flops = 2.0 * self.params * tokens + self.attention_flops_per_pair * (
+        compute_s, memory_s, after_s = self._roofline_s(
+            prefill_tokens, prefill_pairs, prefill_prefix_tokens, decodes, decode_context_tokens
+        )
+        fixed_s = self.overhead_s + self.overhead_per_seq_s * decodes
+        return fixed_s + max(compute_s, memory_s) + after_s
+
+    def _roofline_s(
+        self,
+        prefill_tokens: float,
+        prefill_pairs: float,
+        prefill_prefix_tokens: float,
+        decodes: float,
+        decode_context_tokens: float,
+    ) -> tuple[float, float, float]:
+        """(compute, memory, after): the roofline takes the max of the first two; ``after`` is
+        the decodes' KV read, which the serialized variant adds once the matmuls are done (the
+        overlapped one counts it in ``memory``)."""
+        flops = 2.0 * self.params * (prefill_tokens + decodes) + self.attention_flops_per_pair * (
             prefill_pairs + decode_context_tokens
         )
         compute_s = flops / self.flops_per_s
         prefill_bytes = self.weight_bytes + self.kv_bytes_per_token * prefill_prefix_tokens
         decode_kv_s = self.kv_bytes_per_token * decode_context_tokens / self.bytes_per_s
-        fixed_s = self.overhead_s + self.overhead_per_seq_s * decodes
         if self.mode == "serialized":
-            return fixed_s + max(compute_s, prefill_bytes / self.bytes_per_s) + decode_kv_s
-        return fixed_s + max(compute_s, prefill_bytes / self.bytes_per_s + decode_kv_s)
+            return compute_s, prefill_bytes / self.bytes_per_s, decode_kv_s
+        return compute_s, prefill_bytes / self.bytes_per_s + decode_kv_s, 0.0
 
     def iteration_time_s(
         self,
@@ -119,14 +134,8 @@ class StepModel:
         least the memory time it is compared with (weights and every KV read when overlapped;
         weights and the prompt chunks' prefixes when serialized). Token count alone cannot
         tell: long decode contexts make an iteration above the ridge memory-bound."""
-        tokens, pairs, prefixes, decodes, contexts = _aggregates(chunks, decode_contexts)
-        flops = 2.0 * self.params * (tokens + decodes) + self.attention_flops_per_pair * (
-            pairs + contexts
-        )
-        memory_bytes = self.weight_bytes + self.kv_bytes_per_token * prefixes
-        if self.mode != "serialized":
-            memory_bytes += self.kv_bytes_per_token * contexts
-        return flops / self.flops_per_s >= memory_bytes / self.bytes_per_s
+        compute_s, memory_s, _ = self._roofline_s(*_aggregates(chunks, decode_contexts))
+        return compute_s >= memory_s
 
 
 def _aggregates(
