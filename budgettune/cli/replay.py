@@ -143,7 +143,9 @@ def replay(
     from budgettune.load.runner import MERGED_MODES, RunOptions
     from budgettune.pipeline.replay import ReplayConfig
 
-    slo = _slo(slo_tbt, slo_ttft, percentile)
+    slo_tbt_s = None if slo_tbt is None else parse_duration_s(slo_tbt, option="--slo-tbt")
+    slo_ttft_s = None if slo_ttft is None else parse_duration_s(slo_ttft, option="--slo-ttft")
+    slo = _slo(slo_tbt_s, slo_ttft_s, percentile)
     if merged_chunks not in MERGED_MODES:
         raise SpecError(f"--merged-chunks: unknown mode {merged_chunks!r}; use spread or first")
     engine_name, why = eo.resolve_auto_engine(engine, url, engine_cmd)
@@ -220,8 +222,7 @@ def replay(
             max_model_len=max_model_len, on_long=on_long, seed=seed, prompt_dist=prompt_dist,
             output_dist=output_dist, warmup=warmup, merged_chunks=merged_chunks,
             max_error_rate=max_error_rate, request_timeout=request_timeout,
-            slo_tbt_s=_finite_or_none(slo.tbt_s) if slo else None,
-            slo_ttft_s=_finite_or_none(slo.ttft_s) if slo else None, percentile=percentile,
+            slo_tbt_s=slo_tbt_s, slo_ttft_s=slo_ttft_s, percentile=percentile,
             python_version=platform.python_version(),
             trace_sha256=file_sha256(trace) if trace else None,
         ),
@@ -238,33 +239,30 @@ def replay(
     _finish(result)
 
 
-def _slo(tbt: str | None, ttft: str | None, percentile: float) -> SLO | None:
+def _slo(tbt_s: float | None, ttft_s: float | None, percentile: float) -> SLO | None:
     """The SLOs to judge by, when at least one was given. ``SLO`` needs both targets: the one
     not given is set to infinity, so it never fails."""
-    if tbt is None and ttft is None:
+    if tbt_s is None and ttft_s is None:
         return None
     return SLO(
-        tbt_s=math.inf if tbt is None else parse_duration_s(tbt, option="--slo-tbt"),
-        ttft_s=math.inf if ttft is None else parse_duration_s(ttft, option="--slo-ttft"),
+        tbt_s=math.inf if tbt_s is None else tbt_s,
+        ttft_s=math.inf if ttft_s is None else ttft_s,
         percentile=percentile,
     )
 
 
-def _finite_or_none(value: float) -> float | None:
-    return value if math.isfinite(value) else None
-
-
 def _print_verdict(result: ReplayResult, slo: SLO, warmup: int) -> None:
-    """One line per SLO at its percentile, from the raw records (pass or FAIL)."""
+    """One line per SLO given, judged at its percentile from the raw records (pass or FAIL)."""
     records = [live.record for live in result.outcome.records]
-    at = summarize(records, warmup_requests=warmup, slo_quantile=slo.percentile / 100).at_quantile
-    assert at is not None
-    for name, value_s, limit_s in (("TBT", at.tbt_s, slo.tbt_s), ("TTFT", at.ttft_s, slo.ttft_s)):
+    judged = slo.judge(
+        summarize(records, warmup_requests=warmup, slo_quantile=slo.percentile / 100)
+    )
+    for name, value_s, limit_s, ok in (
+        ("TBT", judged.tbt_s, slo.tbt_s, judged.tbt_ok),
+        ("TTFT", judged.ttft_s, slo.ttft_s, judged.ttft_ok),
+    ):
         if math.isinf(limit_s):
             continue
-        # No TBT gap at all (one-token outputs) has nothing to violate; a failed request's
-        # TTFT is +inf and fails.
-        ok = value_s <= limit_s or (name == "TBT" and math.isnan(value_s))
         shown = "failed requests" if math.isinf(value_s) else format_ms(value_s)
         mark = "[green]pass[/green]" if ok else "[bold red]FAIL[/bold red]"
         console.print(
