@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from budgettune.errors import SpecError
-from budgettune.trace.schedule import Schedule, bounded_arrival_times_s
+from budgettune.trace.schedule import Schedule, bounded_arrival_times_s, check_burstiness
 from budgettune.trace.schema import Trace
 from budgettune.units import parse_duration_s
 
@@ -97,11 +97,7 @@ def schedule_from_trace(trace: Trace, options: ReplayOptions) -> Schedule:
     """The send schedule for ``trace`` replayed as ``options`` says. Deterministic in
     ``options.seed``. Raises SpecError for contradictory or impossible options."""
     mode = _resolve_mode(trace, options)
-    if options.burstiness != 1.0 and mode != "gamma":
-        raise SpecError(
-            f"--burstiness: applies to --arrivals gamma only, not {mode} "
-            f"(add --arrivals gamma --rate R)"
-        )
+    check_burstiness(options.burstiness, mode)
     if options.time_scale != 1.0 and mode != "recorded":
         raise SpecError("--time-scale: applies to --arrivals recorded only; use --rate instead")
     if not options.time_scale > 0:

@@ -44,6 +44,15 @@ class Schedule:
         return (len(self) - 1) / span if span > 0 else float("inf")
 
 
+def check_burstiness(burstiness: float, mode: str) -> None:
+    """``--burstiness`` shapes gamma arrivals only: with any other mode it would be silently
+    ignored, so it is refused (SpecError)."""
+    if burstiness != 1.0 and mode != "gamma":
+        raise SpecError(
+            f"--burstiness: applies to --arrivals gamma only, not {mode} (add --arrivals gamma)"
+        )
+
+
 def arrival_times_s(
     rng: np.random.Generator,
     n: int,

@@ -13,7 +13,7 @@ import numpy as np
 
 from budgettune.errors import SpecError, UserError
 from budgettune.trace.dists import LengthDist
-from budgettune.trace.schedule import bounded_arrival_times_s
+from budgettune.trace.schedule import bounded_arrival_times_s, check_burstiness
 from budgettune.trace.schema import Trace
 
 
@@ -37,8 +37,7 @@ def synthesize(
     shared, like a system prompt."""
     if arrivals not in ("poisson", "gamma"):
         raise SpecError(f"--arrivals: synthetic traces use poisson or gamma, not {arrivals!r}")
-    if burstiness != 1.0 and arrivals != "gamma":
-        raise SpecError(f"--burstiness: applies to --arrivals gamma only, not {arrivals}")
+    check_burstiness(burstiness, arrivals)
     if prefix_groups < 0 or prefix_tokens < 0:
         raise SpecError("--prefix-groups / --prefix-tokens: must not be negative")
     if (prefix_groups > 0) != (prefix_tokens > 0):
