@@ -32,10 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
-from budgettune.engine.base import LaunchSpec
-from budgettune.engine.sim_server import SimEngine
-from budgettune.load.runner import RunOptions, RunOutcome, Target, run_schedule
-from budgettune.metrics import summarize, tbt_s
+from budgettune.core.metrics import summarize, tbt_s
+from budgettune.engines.base import LaunchSpec
+from budgettune.engines.embedded.server import SimEngine
+from budgettune.loadgen.runner import RunOptions, RunOutcome, Target, run_schedule
 from budgettune.trace.schedule import Schedule, arrival_times_s
 
 LOOP_TIMING: list[str] = []  # the sim engine's "iterations: N, lateness p50 ..." lines

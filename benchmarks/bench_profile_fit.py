@@ -13,12 +13,12 @@ import time
 
 import numpy as np
 
-from budgettune.hardware import resolve_gpu, resolve_model
-from budgettune.profile.fit import ShapeConstants, fit_step_model
-from budgettune.profile.plan import make_plan
-from budgettune.profile.ridge import fit_ridge
-from budgettune.profile.schema import Probe
-from budgettune.sim.stepmodel import StepModel
+from budgettune.core.hardware import resolve_gpu, resolve_model
+from budgettune.model.fit import ShapeConstants, fit_step_model
+from budgettune.model.profile import Probe
+from budgettune.model.ridge import fit_ridge
+from budgettune.model.stepmodel import StepModel
+from budgettune.profiling.plan import make_plan
 
 
 def synthetic_probes(model: StepModel, seed: int) -> list[Probe]:

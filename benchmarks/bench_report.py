@@ -18,7 +18,8 @@ from pathlib import Path
 
 from plotly.offline import get_plotlyjs
 
-from budgettune.hardware import resolve_gpu, resolve_model
+from budgettune.core.hardware import resolve_gpu, resolve_model
+from budgettune.model.stepmodel import StepModel
 from budgettune.report.html import write_report
 from budgettune.report.inputs import ReportInput, SweepInput
 from budgettune.report.sources import (
@@ -30,7 +31,6 @@ from budgettune.report.sources import (
 from budgettune.sim.kvcache import kv_capacity_blocks
 from budgettune.sim.scheduler import SchedulerConfig
 from budgettune.sim.simulator import simulate
-from budgettune.sim.stepmodel import StepModel
 from budgettune.trace.dists import parse_length_dist
 from budgettune.trace.schedule import synthetic_schedule
 

@@ -20,14 +20,14 @@ import statistics
 import time
 from collections.abc import Callable
 
-from budgettune.hardware import resolve_gpu, resolve_model
-from budgettune.metrics import summarize
-from budgettune.pipeline.simulate import parse_budgets, run_simulate
-from budgettune.search import SLO
+from budgettune.app.simulate import parse_budgets, run_simulate
+from budgettune.core.hardware import resolve_gpu, resolve_model
+from budgettune.core.metrics import summarize
+from budgettune.core.slo import SLO
+from budgettune.model.stepmodel import StepModel
 from budgettune.sim.kvcache import kv_capacity_blocks
 from budgettune.sim.scheduler import SchedulerConfig
 from budgettune.sim.simulator import simulate
-from budgettune.sim.stepmodel import StepModel
 from budgettune.trace.dists import parse_length_dist
 from budgettune.trace.schedule import Schedule, synthetic_schedule
 

@@ -69,8 +69,8 @@ def test_iteration_json_matches_model() -> None:
     )
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
-    from budgettune.hardware import resolve_gpu, resolve_model
-    from budgettune.sim.stepmodel import StepModel
+    from budgettune.core.hardware import resolve_gpu, resolve_model
+    from budgettune.model.stepmodel import StepModel
 
     model = StepModel.from_hardware(resolve_model("llama-3.1-8b"), resolve_gpu("h100-sxm"))
     expected = model.iteration_time_s([(512, 0), (256, 1024)], [1000] * 32)

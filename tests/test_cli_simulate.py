@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from budgettune.app.report import run_report
 from budgettune.cli import app
 from budgettune.cli.simulate import simulate
-from budgettune.hardware import resolve_gpu, resolve_model
-from budgettune.metrics import percentiles
-from budgettune.pipeline.report import run_report
-from budgettune.sim.stepmodel import StepModel
+from budgettune.core.hardware import resolve_gpu, resolve_model
+from budgettune.core.metrics import percentiles
+from budgettune.model.stepmodel import StepModel
 
 AZURE = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "azure-llm-2023-conv.csv"
 

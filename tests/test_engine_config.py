@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from budgettune.report.engine_config import FixedSettings, write_engine_configs
+from budgettune.artifacts.engine_config import FixedSettings, write_engine_configs
 
 
 def test_vllm_yaml_and_sglang_args(tmp_path: Path) -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from budgettune.errors import SpecError
-from budgettune.hardware import (
+from budgettune.core.errors import SpecError
+from budgettune.core.hardware import (
     GPU_PRESETS,
     MODEL_PRESETS,
     custom_gpu,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from budgettune.metrics import (
+from budgettune.core.metrics import (
     after_warmup,
     e2e_s,
     percentiles,
@@ -19,7 +19,7 @@ from budgettune.metrics import (
     tpot_s,
     ttft_s,
 )
-from budgettune.records import RequestRecord
+from budgettune.core.records import RequestRecord
 
 
 def _record(

@@ -9,10 +9,16 @@ import numpy as np
 import pytest
 
 from budgettune import __version__
-from budgettune.errors import UserError
-from budgettune.load.runner import LiveRecord
-from budgettune.records import RequestRecord
-from budgettune.results import SCHEMA_VERSION, Results, load_results, point_records, save_results
+from budgettune.artifacts.results import (
+    SCHEMA_VERSION,
+    Results,
+    load_results,
+    point_records,
+    save_results,
+)
+from budgettune.core.errors import UserError
+from budgettune.core.records import RequestRecord
+from budgettune.loadgen.runner import LiveRecord
 
 
 def _results() -> Results:

@@ -7,10 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from budgettune.errors import SpecError
-from budgettune.metrics import MetricsSummary, Percentiles, summarize
-from budgettune.records import RequestRecord
-from budgettune.search import SLO, find_goodput
+from budgettune.core.errors import SpecError
+from budgettune.core.metrics import MetricsSummary, Percentiles, summarize
+from budgettune.core.records import RequestRecord
+from budgettune.core.slo import SLO
+from budgettune.tune.goodput import find_goodput
 
 
 def _summary(tbt_p99_s: float, ttft_p99_s: float, tbt_samples: int = 100) -> MetricsSummary:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from budgettune.hardware import resolve_gpu, resolve_model
-from budgettune.sim.chunking import chunked_prefill
-from budgettune.sim.stepmodel import StepModel
+from budgettune.core.hardware import resolve_gpu, resolve_model
+from budgettune.model.chunking import chunked_prefill
+from budgettune.model.stepmodel import StepModel
 
 # Round numbers so every expectation below is arithmetic on paper:
 # N = 1e9 params, 2 bytes each; kappa = 1e5 B/token; 1e6 FLOPs per attention pair;

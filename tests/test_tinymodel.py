@@ -8,9 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from budgettune.cli import app
-from budgettune.errors import UserError
-from budgettune.tinymodel import (
+from budgettune.app.tiny_model import (
     BOS_ID,
     EOS_ID,
     TinyModelSpec,
@@ -18,6 +16,8 @@ from budgettune.tinymodel import (
     corpus_lines,
     train_tokenizer,
 )
+from budgettune.cli import app
+from budgettune.core.errors import UserError
 
 torch = pytest.importorskip("torch", reason="budgettune[torch] extra not installed")
 transformers = pytest.importorskip("transformers", reason="budgettune[torch] extra not installed")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from budgettune.errors import SpecError
-from budgettune.units import format_ms, parse_duration_s, parse_int_list, parse_tokens
+from budgettune.core.errors import SpecError
+from budgettune.core.units import format_ms, parse_duration_s, parse_int_list, parse_tokens
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from typer.core import TyperGroup, _click
 
 from budgettune import __version__
 from budgettune.cli._common import console_err, print_error
-from budgettune.errors import BudgettuneError
+from budgettune.core.errors import BudgettuneError
 
 
 class _Group(TyperGroup):

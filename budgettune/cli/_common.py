@@ -9,7 +9,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from budgettune.errors import BudgettuneError, EngineError
+from budgettune.core.errors import BudgettuneError, EngineError
 
 console = Console()
 console_err = Console(stderr=True)

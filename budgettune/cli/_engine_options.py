@@ -9,9 +9,9 @@ import subprocess
 
 import typer
 
-from budgettune.engine.base import LaunchSpec
-from budgettune.errors import SpecError
-from budgettune.units import parse_duration_s, parse_tokens
+from budgettune.core.errors import SpecError
+from budgettune.core.units import parse_duration_s, parse_tokens
+from budgettune.engines.base import LaunchSpec
 
 PANEL = "Engine"
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import typer
 
-from budgettune.errors import SpecError
-from budgettune.hardware import GPU, custom_gpu, dtype_bytes, resolve_gpu, resolve_model
-from budgettune.sim.stepmodel import (
+from budgettune.core.errors import SpecError
+from budgettune.core.hardware import GPU, custom_gpu, dtype_bytes, resolve_gpu, resolve_model
+from budgettune.model.stepmodel import (
     DEFAULT_BANDWIDTH_EFFICIENCY,
     DEFAULT_COMPUTE_EFFICIENCY,
     DEFAULT_OVERHEAD_S,

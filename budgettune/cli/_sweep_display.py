@@ -1,6 +1,6 @@
 """The sweep's console: the live progress (profile step, candidates, engine starts, replays)
 and the closing table with the verdict. Printing only; the sweep itself is
-:mod:`budgettune.pipeline.sweep`."""
+:mod:`budgettune.app.sweep`."""
 
 from __future__ import annotations
 
@@ -21,20 +21,21 @@ from rich.progress import (
 from rich.table import Table
 
 from budgettune.cli._common import console, console_err
-from budgettune.engine.base import EngineHandle, StartProgress
-from budgettune.sweep.verdict import rate_text
-from budgettune.units import format_ms
+from budgettune.core.units import format_ms
+from budgettune.engines.base import EngineHandle, StartProgress
+from budgettune.tune.select import rate_text
 
 if TYPE_CHECKING:  # the live runner (httpx) and the sweep pipeline load when the command runs
-    from budgettune.load.runner import RunProgress
-    from budgettune.pipeline.profile import ProfileConfig, ProfileOutcome
-    from budgettune.pipeline.sweep import SweepConfig, SweepResult
+    from budgettune.app.profile import ProfileConfig, ProfileOutcome
+    from budgettune.app.sweep import SweepResult
+    from budgettune.loadgen.runner import RunProgress
+    from budgettune.tune.sweep_config import SweepConfig
 
 
 def profile_with_progress(config: ProfileConfig) -> ProfileOutcome:
     """The sweep's profile step with its own progress: the engine's start (elapsed time and the
     log's last line), then the probes (done of planned, ETA)."""
-    from budgettune.pipeline.sweep import profile_first
+    from budgettune.app.sweep import profile_first
 
     with _progress() as progress:
         task = progress.add_task(f"profile: starting {config.engine}", total=None)
@@ -60,7 +61,7 @@ def run_with_progress(
     schedule: Any,
     finished: Sequence[dict[str, Any]] = (),
 ) -> SweepResult:
-    from budgettune.pipeline.sweep import SweepEvents, run_sweep
+    from budgettune.app.sweep import SweepEvents, run_sweep
 
     with _progress() as progress:
         overall = progress.add_task("planning candidates", total=None)

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import typer
 
-from budgettune.errors import SpecError
+from budgettune.core.errors import SpecError
+from budgettune.core.units import parse_duration_s, parse_positive_float, parse_tokens
 from budgettune.trace.dists import parse_length_dist
 from budgettune.trace.formats import FORMATS
 from budgettune.trace.load import ON_LONG as ON_LONG_CHOICES
@@ -27,7 +28,6 @@ from budgettune.trace.replay import ReplayOptions, parse_window, schedule_from_t
 from budgettune.trace.schedule import Schedule
 from budgettune.trace.schema import LoadReport
 from budgettune.trace.synth import synthesize
-from budgettune.units import parse_duration_s, parse_positive_float, parse_tokens
 
 PANEL = "Traffic"
 DEFAULT_PROMPT_DIST = "lognormal:mean=1000,sigma=1.0,max=8192"

@@ -19,19 +19,19 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from budgettune.cli import _engine_options as eo
-from budgettune.cli import app
-from budgettune.cli._common import console, console_err, print_json, with_profiles_option
-from budgettune.pipeline.profile import (
+from budgettune.app.profile import (
     ENGINES,
     ProfileConfig,
     ProfileOutcome,
     run_profile,
     validate,
 )
-from budgettune.profile.schema import Profile, load_profile, profile_to_json
-from budgettune.sim.stepmodel import DEFAULT_BANDWIDTH_EFFICIENCY, DEFAULT_COMPUTE_EFFICIENCY
-from budgettune.units import format_ms, parse_duration_s, parse_int_list, parse_tokens
+from budgettune.cli import _engine_options as eo
+from budgettune.cli import app
+from budgettune.cli._common import console, console_err, print_json, with_profiles_option
+from budgettune.core.units import format_ms, parse_duration_s, parse_int_list, parse_tokens
+from budgettune.model.profile import Profile, load_profile, profile_to_json
+from budgettune.model.stepmodel import DEFAULT_BANDWIDTH_EFFICIENCY, DEFAULT_COMPUTE_EFFICIENCY
 
 
 @app.command()
@@ -191,7 +191,7 @@ def _write_report(
     report.html in an -o folder, else the JSON's name with .html; ``compare`` drawn beside."""
     if outcome.json_path is None:
         return None
-    from budgettune.pipeline.report import run_report  # plotly loads only when a report is due
+    from budgettune.app.report import run_report  # plotly loads only when a report is due
 
     page = outcome.json_path.with_suffix(".html")
     if output_dir is not None and output_dir.is_dir():

@@ -24,22 +24,22 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from budgettune.app.simulate import file_sha256, parse_budgets
 from budgettune.cli import _engine_options as eo
 from budgettune.cli import _trace_options as to
 from budgettune.cli import app
 from budgettune.cli._common import console, console_err, print_json, print_warning
-from budgettune.engine.base import EngineHandle, StartProgress
-from budgettune.engine.registry import engine_names
-from budgettune.errors import SpecError
-from budgettune.hardware import resolve_gpu, resolve_model
-from budgettune.metrics import summarize
-from budgettune.pipeline.simulate import file_sha256, parse_budgets
-from budgettune.search import SLO
-from budgettune.units import format_ms, parse_duration_s
+from budgettune.core.errors import SpecError
+from budgettune.core.hardware import resolve_gpu, resolve_model
+from budgettune.core.metrics import summarize
+from budgettune.core.slo import SLO
+from budgettune.core.units import format_ms, parse_duration_s
+from budgettune.engines.base import EngineHandle, StartProgress
+from budgettune.engines.registry import engine_names
 
 if TYPE_CHECKING:  # the live runner and the replay pipeline load when the command runs
-    from budgettune.load.runner import RunProgress
-    from budgettune.pipeline.replay import ReplayConfig, ReplayResult
+    from budgettune.app.replay import ReplayConfig, ReplayResult
+    from budgettune.loadgen.runner import RunProgress
 
 LAG_WARN_MS = 5.0
 LAUNCHABLE = [name for name in engine_names() if name != "external"]
@@ -140,8 +140,8 @@ def replay(
     at its scheduled time with exact prompt and output lengths, and writes
     results.json with every request's raw token times.
     """
-    from budgettune.load.runner import MERGED_MODES, RunOptions
-    from budgettune.pipeline.replay import ReplayConfig
+    from budgettune.app.replay import ReplayConfig
+    from budgettune.loadgen.runner import MERGED_MODES, RunOptions
 
     slo_tbt_s = None if slo_tbt is None else parse_duration_s(slo_tbt, option="--slo-tbt")
     slo_ttft_s = None if slo_ttft is None else parse_duration_s(slo_ttft, option="--slo-ttft")
@@ -298,7 +298,7 @@ def _hardware(engine: str, model: str | None, gpu: str | None) -> dict[str, Any]
 
 
 def _run_with_progress(config: ReplayConfig, schedule: Any, total: int) -> ReplayResult:
-    from budgettune.pipeline.replay import run_replay
+    from budgettune.app.replay import run_replay
 
     with Progress(
         SpinnerColumn(),

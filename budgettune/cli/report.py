@@ -9,8 +9,8 @@ import typer
 
 from budgettune.cli import app
 from budgettune.cli._common import console, with_profiles_option
-from budgettune.errors import SpecError
-from budgettune.units import parse_duration_s
+from budgettune.core.errors import SpecError
+from budgettune.core.units import parse_duration_s
 
 
 @app.command()
@@ -50,7 +50,7 @@ def report(
 ) -> None:
     """Write one self-contained HTML page (charts embedded, opens offline) from results."""
     # plotly and the report package load here, not at CLI start-up
-    from budgettune.pipeline.report import run_report
+    from budgettune.app.report import run_report
     from budgettune.report.sources import Slo
 
     if not (math.isfinite(percentile) and 0 < percentile <= 100):

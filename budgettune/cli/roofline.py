@@ -5,12 +5,12 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
+from budgettune.app.roofline import chunking_report, iteration_report, parse_prefill_chunk
 from budgettune.cli import _model_options as mo
 from budgettune.cli import app
 from budgettune.cli._common import console, print_json
-from budgettune.errors import SpecError
-from budgettune.pipeline.roofline import chunking_report, iteration_report, parse_prefill_chunk
-from budgettune.units import parse_int_list
+from budgettune.core.errors import SpecError
+from budgettune.core.units import parse_int_list
 
 
 @app.command()

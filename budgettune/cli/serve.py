@@ -8,16 +8,16 @@ from pathlib import Path
 
 import typer
 
+from budgettune.app.simulate import parse_budgets
 from budgettune.cli import _model_options as mo
 from budgettune.cli import app
 from budgettune.cli._common import console, console_err
-from budgettune.engine.sim_server import SimServerConfig, default_budget
-from budgettune.engine.sim_server import serve as serve_sim
-from budgettune.errors import SpecError, UserError
-from budgettune.hardware import resolve_gpu
-from budgettune.pipeline.simulate import parse_budgets
+from budgettune.core.errors import SpecError, UserError
+from budgettune.core.hardware import resolve_gpu
+from budgettune.core.units import parse_tokens
+from budgettune.engines.embedded.server import SimServerConfig, default_budget
+from budgettune.engines.embedded.server import serve as serve_sim
 from budgettune.sim.kvcache import DEFAULT_BLOCK_SIZE, DEFAULT_GPU_MEMORY_UTILIZATION
-from budgettune.units import parse_tokens
 
 SERVABLE = ("sim",)
 

@@ -13,12 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from budgettune.cli import _model_options as mo
-from budgettune.cli import _trace_options as to
-from budgettune.cli import app
-from budgettune.cli._common import console, console_err, print_json, print_warning
-from budgettune.errors import SpecError
-from budgettune.pipeline.simulate import (
+from budgettune.app.simulate import (
     DEFAULT_BUDGETS,
     Budget,
     SimulateReport,
@@ -26,22 +21,27 @@ from budgettune.pipeline.simulate import (
     parse_budgets,
     run_simulate,
 )
-from budgettune.search import SLO
+from budgettune.cli import _model_options as mo
+from budgettune.cli import _trace_options as to
+from budgettune.cli import app
+from budgettune.cli._common import console, console_err, print_json, print_warning
+from budgettune.core.errors import SpecError
+from budgettune.core.slo import SLO
+from budgettune.core.units import parse_duration_s
 from budgettune.sim.kvcache import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
     kv_capacity_blocks,
 )
 from budgettune.sim.scheduler import SchedulerConfig
-from budgettune.units import parse_duration_s
 
 if TYPE_CHECKING:  # rich's tables and progress load when the command prints them
     from rich.table import Table
 
-    from budgettune.hardware import GPU
-    from budgettune.search import RateProbe
-    from budgettune.sim.stepmodel import StepModel
+    from budgettune.core.hardware import GPU
+    from budgettune.model.stepmodel import StepModel
     from budgettune.trace.schedule import Schedule
+    from budgettune.tune.goodput import RateProbe
 
 DEFAULT_RATE_PER_S = 16.0
 DEFAULT_REQUESTS = 2000
@@ -206,7 +206,7 @@ def simulate(
     model_label = f"{model} on {gpu_spec.name} ({mode})"
     ridge_label = "ridge P* = {:.0f} tokens"
     if profile is not None:
-        from budgettune.engine.sim_server import profiled_model
+        from budgettune.engines.embedded.server import profiled_model
 
         # The profile's GPU preset (else --gpu) sizes the KV cache; a custom GPU is not used.
         profiled = profiled_model(profile, gpu)
@@ -310,8 +310,8 @@ def _write(
     trace: Path | None,
 ) -> None:
     """results.json (kind "simulate") and report.html in ``folder``."""
-    from budgettune.hardware import resolve_model
-    from budgettune.pipeline.simulate import simulate_results, write_simulate_outputs
+    from budgettune.app.simulate import simulate_results, write_simulate_outputs
+    from budgettune.core.hardware import resolve_model
 
     # With --profile the shape came from the profile file (options["model"] is its name).
     shape_name = options["model"] if options["profile"] else resolve_model(options["model"]).name

@@ -19,19 +19,19 @@ from budgettune.cli import _trace_options as to
 from budgettune.cli import app
 from budgettune.cli._common import console_err, print_json, print_warning
 from budgettune.cli._sweep_display import print_result, profile_with_progress, run_with_progress
-from budgettune.engine.base import LaunchSpec
-from budgettune.engine.registry import engine_names
-from budgettune.errors import SpecError
-from budgettune.hardware import resolve_gpu
+from budgettune.core.errors import SpecError
+from budgettune.core.hardware import resolve_gpu
+from budgettune.core.units import parse_duration_s, parse_int_list
+from budgettune.engines.base import LaunchSpec
+from budgettune.engines.registry import engine_names
+from budgettune.model.stepmodel import StepModel
 from budgettune.sim.kvcache import kv_capacity_blocks
 from budgettune.sim.scheduler import SchedulerConfig
-from budgettune.sim.stepmodel import StepModel
-from budgettune.sweep.candidates import sglang_default_budget, vllm_default_budget
-from budgettune.units import parse_duration_s, parse_int_list
+from budgettune.tune.candidates import sglang_default_budget, vllm_default_budget
 
 if TYPE_CHECKING:  # the sweep and profile pipelines load when the command runs
-    from budgettune.pipeline.profile import ProfileConfig
-    from budgettune.sweep.gpu import DetectedGPU
+    from budgettune.app.profile import ProfileConfig
+    from budgettune.tune.gpu import DetectedGPU
 
 SLO_PANEL = "SLOs"
 SEARCH_PANEL = "Search"
@@ -164,7 +164,7 @@ def sweep(
 def _restored(ctx: typer.Context, run_dir: Path, options: dict[str, Any]) -> dict[str, Any]:
     """The options of the sweep in ``run_dir`` (checked to exist first), with those typed on
     this command line, which must ask the same question."""
-    from budgettune.sweep.resume import read_saved_options, restore_options
+    from budgettune.artifacts.sweep_options import read_saved_options, restore_options
 
     saved = read_saved_options(run_dir)
     if saved is None:  # a sweep saved before its options were: give them again
@@ -191,9 +191,10 @@ def _sweep(
 ) -> None:  # fmt: skip
     """The sweep with every option resolved (a resumed sweep's from its run folder)."""
     options = dict(locals())  # as given, saved for --resume (before the defaults below)
-    from budgettune.load.runner import RunOptions
-    from budgettune.pipeline.sweep import PROFILE_FILE, SweepConfig, open_run
-    from budgettune.sweep.resume import OPTIONS_KEY, saved_options
+    from budgettune.app.sweep import PROFILE_FILE, open_run
+    from budgettune.artifacts.sweep_options import OPTIONS_KEY, saved_options
+    from budgettune.loadgen.runner import RunOptions
+    from budgettune.tune.sweep_config import SweepConfig
 
     if slo_tbt is None:
         raise SpecError(
@@ -226,7 +227,7 @@ def _sweep(
         raise SpecError(f"--model: the {engine_name} engine needs a model (a folder or an id)")
     detected = None
     if engine_name in ("vllm", "sglang") and gpu is None:
-        from budgettune.sweep.gpu import detect_gpu
+        from budgettune.tune.gpu import detect_gpu
 
         detected = detect_gpu()  # for the engine's default budget and the step-time model
     gpu_card = resolve_gpu(gpu) if gpu else detected and detected.preset
@@ -291,7 +292,7 @@ def _sweep(
     # provenance recorded now, so the report need not guess it later
     settings["python_version"] = platform.python_version()
     if trace is not None:
-        from budgettune.pipeline.simulate import file_sha256
+        from budgettune.app.simulate import file_sha256
 
         settings["trace_sha256"] = file_sha256(trace)
     console_err.print(why, highlight=False)
@@ -396,7 +397,7 @@ def _step_model(
     """The predictions' model from --profile FILE, else the analytic roofline, with a line
     saying which and why."""
     if profile is not None and str(profile) != ANALYTIC:
-        from budgettune.profile.schema import load_profile, profile_step_model
+        from budgettune.model.profile import load_profile, profile_step_model
 
         return profile_step_model(load_profile(profile)), f"calibrated profile {profile}"
     shape_source = model or "llama-3.1-8b"
@@ -434,7 +435,7 @@ def _profile_config(
 ) -> ProfileConfig:
     """The profile step on the sweep's own engine options, sized to the budgets it considers
     (--budgets and the reference, else `budgettune profile`'s 8192 tokens)."""
-    from budgettune.pipeline.sweep import profile_config
+    from budgettune.app.sweep import profile_config
 
     return profile_config(
         run_dir, engine=engine, model=model, gpu=gpu, max_num_seqs=spec.max_num_seqs or 256,
@@ -449,8 +450,8 @@ def _profile_config(
 def _measure_first(config: ProfileConfig, run_dir: Path) -> tuple[StepModel, str]:
     """Without --profile on a real engine: the profile this run folder already holds (a resumed
     sweep), else the profile step run now, saying so and where."""
-    from budgettune.pipeline.sweep import saved_profile
-    from budgettune.profile.schema import profile_step_model
+    from budgettune.app.sweep import saved_profile
+    from budgettune.model.profile import profile_step_model
 
     assert config.output is not None
     saved = saved_profile(run_dir)
@@ -480,7 +481,7 @@ def _measure_first(config: ProfileConfig, run_dir: Path) -> tuple[StepModel, str
 
 def _profile_gpu(path: Path) -> Any:
     """The GPU preset a measured profile names (sizes the predictions' KV cache), if any."""
-    from budgettune.profile.schema import load_profile
+    from budgettune.model.profile import load_profile
 
     preset = load_profile(path).hardware.preset
     return resolve_gpu(preset) if preset else None

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import typer
 
+from budgettune.app.tiny_model import TinyModelSpec, build_tiny_model
 from budgettune.cli import app
 from budgettune.cli._common import console, print_json
-from budgettune.tinymodel import TinyModelSpec, build_tiny_model
 
 
 @app.command("tiny-model")

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from budgettune.app.trace import inspect_trace, synth_trace
 from budgettune.cli import app
 from budgettune.cli._common import console, console_err, print_json, print_warning
 from budgettune.cli._trace_options import (
@@ -24,10 +25,9 @@ from budgettune.cli._trace_options import (
     SEED,
     STRICT,
 )
-from budgettune.pipeline.trace import inspect_trace, synth_trace
+from budgettune.core.units import parse_duration_s, parse_positive_float, parse_tokens
 from budgettune.trace.dists import parse_length_dist
 from budgettune.trace.inspect import Histogram, TraceStats
-from budgettune.units import parse_duration_s, parse_positive_float, parse_tokens
 
 trace_app = typer.Typer(
     name="trace",

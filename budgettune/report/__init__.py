@@ -1,1 +1,1 @@
-"""report stage."""
+"""Layer 6: the self-contained HTML report and the engine config files, from documents alone."""

@@ -1,7 +1,7 @@
 """Adapters: read each result file kind (replay results.json, ``simulate --json`` output) into
 the report's inputs; profiles in :mod:`.sources_profile`. A schema change touches one adapter.
 
-Every reader raises :class:`~budgettune.errors.UserError` naming the file and the field.
+Every reader raises :class:`~budgettune.core.errors.UserError` naming the file and the field.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from budgettune import metrics
-from budgettune.errors import UserError
-from budgettune.records import RequestRecord
+from budgettune.artifacts.results import Results, point_records
+from budgettune.core import metrics
+from budgettune.core.errors import UserError
+from budgettune.core.records import RequestRecord
 from budgettune.report.inputs import (
     BudgetPoint,
     Check,
@@ -35,7 +36,6 @@ from budgettune.report.inputs import (
     WorkloadInput,
     cdf_from_samples,
 )
-from budgettune.results import Results, point_records
 
 
 @dataclass(slots=True, frozen=True)
@@ -413,13 +413,8 @@ def results_input(
     report_dir: Path | None = None,
     results_file: Path | None = None,
 ) -> ReportInput:
-    """A report of one replay: its point's figures, CDFs, workload and token timeline."""
-    if results.kind == "simulate":  # predictions, not measurements: their own adapter
-        from budgettune.report.sources_simulate import simulate_results_input
-
-        return simulate_results_input(
-            results, slo=slo, source=source, report_dir=report_dir, results_file=results_file
-        )
+    """A report of one replay: its point's figures, CDFs, workload and token timeline
+    (``simulate -o`` results have their own adapter, :mod:`.sources_simulate`)."""
     if not results.points:
         raise UserError(f"{source}: field 'points': no measured point in this results file")
     slo = recorded_slo(results.config, slo)

@@ -11,9 +11,10 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from budgettune.errors import UserError
-from budgettune.profile.analytic import prefill_knee_tokens
-from budgettune.profile.schema import Profile
+from budgettune.core.errors import UserError
+from budgettune.model.profile import Profile
+from budgettune.model.stepmodel import StepModel
+from budgettune.profiling.analytic import prefill_knee_tokens
 from budgettune.report.inputs import (
     ProfileCurve,
     ProfileInput,
@@ -23,7 +24,6 @@ from budgettune.report.inputs import (
     Verdict,
 )
 from budgettune.report.sources import python_text
-from budgettune.sim.stepmodel import StepModel
 
 
 def _hinge_curve(

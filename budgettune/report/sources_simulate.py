@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from budgettune.errors import UserError
+from budgettune.artifacts.results import Results
+from budgettune.core.errors import UserError
 from budgettune.report.inputs import Cdf, ReportInput, WorkloadInput, cdf_from_samples
 from budgettune.report.sources import (
     Slo,
@@ -24,7 +25,6 @@ from budgettune.report.sources import (
     relative_path,
     simulate_input,
 )
-from budgettune.results import Results
 
 
 def simulate_results_input(

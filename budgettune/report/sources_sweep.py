@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from budgettune.errors import UserError
-from budgettune.records import RequestRecord
+from budgettune.artifacts.results import Results, load_results, point_records
+from budgettune.core.errors import UserError
+from budgettune.core.records import RequestRecord
 from budgettune.report.inputs import (
     BudgetPoint,
     Provenance,
@@ -42,7 +43,6 @@ from budgettune.report.sources import (
     with_value,
     workload_from_records,
 )
-from budgettune.results import Results, load_results, point_records
 
 RECOMMENDATION_FILE = "recommendation.json"
 SETTINGS_FILE = "sweep.json"

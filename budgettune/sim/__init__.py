@@ -1,1 +1,1 @@
-"""The simulator: roofline step-time model, token-budget scheduler, discrete-event loop."""
+"""Layer 2: the simulator: token-budget scheduler, KV block pool, discrete-event loop."""

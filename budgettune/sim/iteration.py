@@ -8,7 +8,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from budgettune.sim.stepmodel import StepModel
+from budgettune.model.stepmodel import StepModel
 
 RequestId = Hashable
 

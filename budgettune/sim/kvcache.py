@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from budgettune.errors import SpecError
-from budgettune.hardware import GPU
-from budgettune.sim.stepmodel import StepModel
+from budgettune.core.errors import SpecError
+from budgettune.core.hardware import GPU
+from budgettune.model.stepmodel import StepModel
 
 DEFAULT_BLOCK_SIZE = 16
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9

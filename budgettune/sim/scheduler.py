@@ -9,7 +9,7 @@ import heapq
 from collections import deque
 from dataclasses import dataclass, field
 
-from budgettune.errors import SpecError
+from budgettune.core.errors import SpecError
 from budgettune.sim.iteration import IterationOutcome, IterationPlan, RequestId
 from budgettune.sim.kvcache import DEFAULT_BLOCK_SIZE, BlockPool, blocks_for
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from budgettune.records import RequestRecord
+from budgettune.core.records import RequestRecord
+from budgettune.model.stepmodel import StepModel
 from budgettune.sim.scheduler import Scheduler, SchedulerConfig
-from budgettune.sim.stepmodel import StepModel
 from budgettune.trace.schedule import Schedule
 
 _JUMP_MIN_ITERATIONS = 2  # below this a normal schedule/commit is as cheap

@@ -18,7 +18,7 @@ from typing import BinaryIO
 import numpy as np
 import numpy.typing as npt
 
-from budgettune.errors import TraceError
+from budgettune.core.errors import TraceError
 from budgettune.trace.schema import IntArray
 
 BLOCK_BYTES = 8 << 20

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from budgettune.errors import TraceError
+from budgettune.core.errors import TraceError
 from budgettune.trace.schema import FloatArray, IntArray
 
 Fields = Sequence[bytes] | npt.NDArray[np.bytes_]

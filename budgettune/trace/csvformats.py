@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from budgettune.errors import SpecError, TraceError
+from budgettune.core.errors import SpecError, TraceError
 from budgettune.trace.blocks import iter_csv_blocks, open_trace_file, read_csv_header, read_head
 from budgettune.trace.convert import TimeColumn, parse_int_column
 from budgettune.trace.schema import IntArray, RawRows

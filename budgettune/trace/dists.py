@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from budgettune.errors import SpecError
+from budgettune.core.errors import SpecError
 
 _KNOWN = {
     "lognormal": ({"mean", "sigma", "min", "max"}, "lognormal:mean=1000,sigma=1.0,max=8192"),

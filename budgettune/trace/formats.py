@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from budgettune.errors import SpecError, TraceError
+from budgettune.core.errors import SpecError, TraceError
 from budgettune.trace import csvformats, jsonformats
 from budgettune.trace.blocks import read_csv_header, read_head
 from budgettune.trace.schema import RawRows

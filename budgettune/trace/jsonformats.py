@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from budgettune.errors import TraceError
+from budgettune.core.errors import TraceError
 from budgettune.trace.blocks import iter_line_blocks, open_trace_file
 from budgettune.trace.schema import IntArray, RawRows
 

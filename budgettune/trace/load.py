@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from budgettune.errors import SpecError, TraceError
+from budgettune.core.errors import SpecError, TraceError
 from budgettune.trace.formats import detect_format, get_format
 from budgettune.trace.schema import IntArray, LoadReport, RawRows, Trace, plural
 

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from budgettune.errors import SpecError
+from budgettune.core.errors import SpecError
+from budgettune.core.units import parse_duration_s
 from budgettune.trace.schedule import Schedule, bounded_arrival_times_s, check_burstiness
 from budgettune.trace.schema import Trace
-from budgettune.units import parse_duration_s
 
 ARRIVALS = ("recorded", "poisson", "gamma")
 

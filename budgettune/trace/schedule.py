@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from budgettune.errors import SpecError
+from budgettune.core.errors import SpecError
 from budgettune.trace.dists import LengthDist
 
 IntArray = npt.NDArray[np.int64]

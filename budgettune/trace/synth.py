@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from budgettune.errors import SpecError, UserError
+from budgettune.core.errors import SpecError, UserError
 from budgettune.trace.dists import LengthDist
 from budgettune.trace.schedule import bounded_arrival_times_s, check_burstiness
 from budgettune.trace.schema import Trace

@@ -19,22 +19,22 @@ import pytest
 from standin import write_standin  # this folder is on sys.path under pytest's import mode
 from vllm_env import MARK_VAR, pids_marked
 
-from budgettune.engine import served
-from budgettune.engine.base import EngineHandle, LaunchSpec
-from budgettune.engine.process import group_members
-from budgettune.engine.registry import get_engine
-from budgettune.engine.served import (
+from budgettune.app.replay import ReplayConfig, run_replay
+from budgettune.core.errors import EngineError, UserError
+from budgettune.engines import served
+from budgettune.engines.base import EngineHandle, LaunchSpec
+from budgettune.engines.process import group_members
+from budgettune.engines.registry import get_engine
+from budgettune.engines.served import (
     engine_log_path,
     flag_error,
     installed_version,
     interpreter_of,
     wait_gpu_released,
 )
-from budgettune.engine.sglang import SglangEngine, sglang_command
-from budgettune.engine.vllm import VllmEngine, check_installed, vllm_command
-from budgettune.errors import EngineError, UserError
-from budgettune.load.runner import RunOptions, Target, run_schedule
-from budgettune.pipeline.replay import ReplayConfig, run_replay
+from budgettune.engines.sglang import SglangEngine, sglang_command
+from budgettune.engines.vllm import VllmEngine, check_installed, vllm_command
+from budgettune.loadgen.runner import RunOptions, Target, run_schedule
 from budgettune.trace.schedule import Schedule
 
 # ---------------------------------------------------------------- command building

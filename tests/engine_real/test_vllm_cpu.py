@@ -35,13 +35,13 @@ from vllm_env import (  # this folder is on sys.path under pytest's default impo
     vllm_spec,
 )
 
-from budgettune.engine.base import EngineHandle
-from budgettune.engine.served import engine_log_path
-from budgettune.engine.vllm import VllmEngine
-from budgettune.errors import EngineError, UserError
-from budgettune.load.runner import RunOptions
-from budgettune.load.server_metrics import HistogramData, parse_prometheus
-from budgettune.pipeline.replay import ReplayConfig, ReplayResult, run_replay
+from budgettune.app.replay import ReplayConfig, ReplayResult, run_replay
+from budgettune.core.errors import EngineError, UserError
+from budgettune.engines.base import EngineHandle
+from budgettune.engines.served import engine_log_path
+from budgettune.engines.vllm import VllmEngine
+from budgettune.loadgen.runner import RunOptions
+from budgettune.loadgen.server_metrics import HistogramData, parse_prometheus
 from budgettune.trace.schedule import Schedule
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -370,7 +370,7 @@ CTRL_C_SCRIPT = textwrap.dedent(
     """
     import asyncio, json, sys
     from pathlib import Path
-    from budgettune.engine.vllm import VllmEngine
+    from budgettune.engines.vllm import VllmEngine
     from vllm_env import vllm_spec
 
     python, model, cache, log, mark = sys.argv[1:6]

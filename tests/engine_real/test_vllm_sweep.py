@@ -24,7 +24,7 @@ from vllm_env import (
     vllm_python_or_skip,
 )
 
-from budgettune.engine.process import free_port
+from budgettune.engines.process import free_port
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from budgettune.engine.base import LaunchSpec
+from budgettune.engines.base import LaunchSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VLLM_VENV = Path(os.environ.get("BUDGETTUNE_VLLM_VENV", str(REPO_ROOT / ".venv-vllm")))
@@ -50,14 +50,14 @@ def build_model(python: Path, out_dir: Path) -> Path:
     try:
         import torch  # noqa: F401
 
-        from budgettune.tinymodel import build_tiny_model
+        from budgettune.app.tiny_model import build_tiny_model
 
         build_tiny_model(out_dir)
         return out_dir
     except ImportError:
         pass
     code = (
-        "import sys; from budgettune.tinymodel import build_tiny_model; "
+        "import sys; from budgettune.app.tiny_model import build_tiny_model; "
         "build_tiny_model(sys.argv[1])"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
@@ -183,7 +183,7 @@ def stop_group(proc: subprocess.Popen[bytes], grace_s: float = 30.0) -> list[int
     """Stop a server the test started itself in a session of its own: SIGTERM to its group, then
     wait (up to ``grace_s``) until every member is gone, not only the leader; whatever is left
     then is SIGKILLed. Returns the PIDs that needed SIGKILL (none for a clean stop)."""
-    from budgettune.engine.process import group_members
+    from budgettune.engines.process import group_members
 
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)

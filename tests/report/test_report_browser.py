@@ -17,7 +17,7 @@ import pytest
 import report_builders as rb
 import report_cdp as cdp
 
-from budgettune.pipeline.report import run_report
+from budgettune.app.report import run_report
 from budgettune.report.html import collect_charts, write_report
 
 pytestmark = pytest.mark.browser

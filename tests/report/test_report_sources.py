@@ -11,17 +11,17 @@ import numpy as np
 import pytest
 from report_builders import SIM_DOC
 
-from budgettune import metrics
-from budgettune.errors import UserError
-from budgettune.load.runner import LiveRecord
-from budgettune.pipeline.profile import ProfileConfig, run_profile
-from budgettune.pipeline.report import build_input, detect_kind, profile_page
-from budgettune.profile.fit import fit_ridge
-from budgettune.profile.schema import EngineInfo, Probe, Profile
-from budgettune.records import RequestRecord
+from budgettune.app.profile import ProfileConfig, run_profile
+from budgettune.app.report import build_input, detect_kind, profile_page
+from budgettune.artifacts.results import Results, save_results
+from budgettune.core import metrics
+from budgettune.core.errors import UserError
+from budgettune.core.records import RequestRecord
+from budgettune.loadgen.runner import LiveRecord
+from budgettune.model.fit import fit_ridge
+from budgettune.model.profile import EngineInfo, Probe, Profile
 from budgettune.report.sources import Slo, results_input, simulate_input
 from budgettune.report.sources_profile import profile_curve, profile_input
-from budgettune.results import Results, save_results
 
 
 def test_simulate_doc_judged_against_the_slos() -> None:

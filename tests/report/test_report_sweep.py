@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from budgettune.load.runner import LiveRecord
-from budgettune.pipeline.report import build_input
-from budgettune.records import RequestRecord
-from budgettune.results import Results, save_results
+from budgettune.app.report import build_input
+from budgettune.artifacts.results import Results, save_results
+from budgettune.core.records import RequestRecord
+from budgettune.loadgen.runner import LiveRecord
 
 
 def _live(record: RequestRecord) -> dict:

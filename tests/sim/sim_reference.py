@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from budgettune.model.stepmodel import StepModel
 from budgettune.sim.kvcache import blocks_for
 from budgettune.sim.scheduler import SchedulerConfig, chunk_tokens
-from budgettune.sim.stepmodel import StepModel
 
 
 @dataclass(eq=False)

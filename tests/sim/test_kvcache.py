@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from budgettune.errors import SpecError
-from budgettune.hardware import resolve_gpu, resolve_model
+from budgettune.core.errors import SpecError
+from budgettune.core.hardware import resolve_gpu, resolve_model
+from budgettune.model.stepmodel import StepModel
 from budgettune.sim.kvcache import BlockPool, blocks_for, kv_capacity_blocks
-from budgettune.sim.stepmodel import StepModel
 
 
 def test_blocks_for() -> None:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from budgettune.errors import SpecError
+from budgettune.core.errors import SpecError
 from budgettune.sim.kvcache import blocks_for
 from budgettune.sim.scheduler import Scheduler, SchedulerConfig, chunk_tokens
 

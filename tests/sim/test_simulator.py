@@ -8,10 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sim_reference import reference_simulate
 
-from budgettune.hardware import resolve_gpu, resolve_model
+from budgettune.core.hardware import resolve_gpu, resolve_model
+from budgettune.model.stepmodel import StepModel
 from budgettune.sim.scheduler import SchedulerConfig
 from budgettune.sim.simulator import simulate
-from budgettune.sim.stepmodel import StepModel
 from budgettune.trace.dists import parse_length_dist
 from budgettune.trace.schedule import Schedule, synthetic_schedule
 

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from budgettune.cli import app
-from budgettune.errors import SpecError, TraceError
+from budgettune.core.errors import SpecError, TraceError
 from budgettune.trace.load import clip_to_context, load_trace
 
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from budgettune.errors import TraceError
+from budgettune.core.errors import TraceError
 from budgettune.trace.convert import parse_datetime_ns, parse_float_column, parse_int_column
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)

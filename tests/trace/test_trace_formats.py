@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from budgettune.errors import SpecError, TraceError
+from budgettune.core.errors import SpecError, TraceError
 from budgettune.trace import blocks
 from budgettune.trace.formats import FORMATS, detect_format, get_format
 from budgettune.trace.jsonformats import shared_prefixes

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from budgettune.errors import SpecError
+from budgettune.core.errors import SpecError
 from budgettune.trace.load import load_trace
 from budgettune.trace.replay import ReplayOptions, parse_window, schedule_from_trace
 from budgettune.trace.schema import Trace

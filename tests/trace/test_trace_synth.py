@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from budgettune.cli import app
 from budgettune.cli._trace_options import traffic_from_options
-from budgettune.errors import SpecError
+from budgettune.core.errors import SpecError
 from budgettune.trace.dists import parse_length_dist
 from budgettune.trace.load import load_trace
 from budgettune.trace.schedule import synthetic_schedule

@@ -1,0 +1,488 @@
+"""`budgettune profile`: validate, pick the measurement path, run the probes, fit the ridge and
+the step-time model, save the profile (partial ones too) and derive the budget floor and the
+budgets that reach common TBT targets.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+from budgettune import __version__
+from budgettune.core.errors import EngineError, SpecError
+from budgettune.core.hardware import GPU, ModelShape, dtype_bytes, resolve_gpu, resolve_model
+from budgettune.engines.base import LaunchSpec, ProgressCallback
+from budgettune.model.profile import (
+    MEASURED_LABEL,
+    Hardware,
+    ModelInfo,
+    Probe,
+    Profile,
+    profile_step_model,
+    save_profile,
+)
+from budgettune.model.stepmodel import (
+    DEFAULT_BANDWIDTH_EFFICIENCY,
+    DEFAULT_COMPUTE_EFFICIENCY,
+    DEFAULT_OVERHEAD_S,
+    MODES,
+    StepModel,
+)
+from budgettune.profiling.plan import (
+    DEFAULT_CONTEXTS,
+    IterationTimer,
+    ProfilePlan,
+    ProgressFn,
+    make_plan,
+    run_probes,
+)
+from budgettune.tune.candidates import iteration_with_batch_s, round_up
+
+ENGINES = ("vllm", "sglang", "sim", "torch", "analytic")
+LAUNCH_HEADROOM_TOKENS = 1024  # max-model-len beyond the largest probe: decoders' outputs
+SIM_DEFAULT_GPU = "h100-sxm"
+SIM_HEALTH_TIMEOUT_S = 120.0
+KV_PLAN_SHARE = 0.6
+REAL_HEALTH_TIMEOUT_S = 1200.0
+TBT_TARGETS_S = (0.025, 0.05, 0.1)
+BUDGET_ALIGN = 256
+MAX_BUDGET_TOKENS = 65536
+MIN_MAX_TOKENS = 64
+
+
+@dataclass(slots=True, frozen=True)
+class ProfileConfig:
+    """Everything `budgettune profile` was asked for (plain values, validated by run_profile)."""
+
+    model: str
+    engine: str
+    gpu_name: str = "auto"
+    max_tokens: int = 8192
+    repeats: int = 5
+    output: Path | None = None
+    max_batch: int = 256
+    contexts: tuple[int, ...] = DEFAULT_CONTEXTS
+    dtype: str = "auto"
+    device: str = "auto"
+    threads: int | None = None
+    seed: int = 0
+    probe_timeout_s: float | None = 300.0
+    typical_batch: int = 64
+    typical_context: int = 1024
+    bootstrap: int = 200
+    refine_knee: bool = True
+    # analytic, and the sim engine's configuration
+    compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY
+    bandwidth_efficiency: float = DEFAULT_BANDWIDTH_EFFICIENCY
+    overhead_s: float = DEFAULT_OVERHEAD_S
+    mode: str = "overlapped"
+    tensor_parallel: int = 1
+    # engine path (vllm, sglang, sim)
+    engine_args: tuple[str, ...] = ()
+    engine_cmd: tuple[str, ...] | None = None
+    engine_env: dict[str, str] = field(default_factory=dict)
+    health_timeout_s: float | None = None  # None: 20 minutes for vllm/sglang, 2 for sim
+    log_path: Path | None = None
+    gpu_memory_utilization: float | None = None  # None: the engine's default
+
+
+@dataclass(slots=True, frozen=True)
+class BudgetSummary:
+    """What the profile implies for the budget, with ``typical_batch`` decodes beside a chunk.
+
+    floor_tokens: smallest multiple of 256 at or above P* + typical_batch (None without a knee).
+    tbt_budgets: (target_s, largest multiple of 256 whose iteration fits the target, or None).
+    """
+
+    knee_tokens: float | None
+    floor_tokens: int | None
+    floor_reason: str
+    typical_batch: int
+    typical_context: int
+    tbt_budgets: tuple[tuple[float, int | None], ...]
+    model_ridge_tokens: float
+
+
+@dataclass(slots=True, frozen=True)
+class ProfileOutcome:
+    profile: Profile
+    summary: BudgetSummary | None
+    json_path: Path | None
+    csv_path: Path | None
+
+
+def validate(config: ProfileConfig) -> ModelShape:
+    """Check the config against the model; returns its shape. Raises SpecError naming the flag."""
+    if config.engine not in ENGINES:
+        raise SpecError(f"--engine: unknown engine {config.engine!r}; known: {', '.join(ENGINES)}")
+    shape = resolve_model(config.model)
+    if config.max_tokens < MIN_MAX_TOKENS:
+        raise SpecError(f"--max-tokens: must be at least {MIN_MAX_TOKENS}, got {config.max_tokens}")
+    limit = shape.max_position_embeddings
+    if limit is not None and config.max_tokens > limit:
+        raise SpecError(
+            f"--max-tokens: {config.max_tokens} exceeds the model's max length {limit} "
+            "(max_position_embeddings)",
+            hint=f"use --max-tokens {limit} or less",
+        )
+    for option, value, low in (
+        ("--repeats", config.repeats, 1),
+        ("--max-batch", config.max_batch, 1),
+        ("--typical-batch", config.typical_batch, 0),
+        ("--tensor-parallel", config.tensor_parallel, 1),
+    ):
+        if value < low:
+            raise SpecError(f"{option}: must be at least {low}, got {value}")
+    if config.mode not in MODES:
+        raise SpecError(f"--mode: unknown variant {config.mode!r}; use one of: {', '.join(MODES)}")
+    for option, eff in (
+        ("--compute-efficiency", config.compute_efficiency),
+        ("--bandwidth-efficiency", config.bandwidth_efficiency),
+    ):
+        if not 0 < eff <= 1:
+            raise SpecError(f"{option}: must be in (0, 1], got {eff!r}")
+    return shape
+
+
+def default_output(profile: Profile) -> Path:
+    """profiles/<model>_<gpu>.json (analytic), else profiles/<model>_<hardware>_<engine>.json."""
+    model = _slug(profile.model.shape.name)
+    hardware = profile.hardware.preset or (
+        "cpu" if profile.hardware.kind == "cpu" else _slug(profile.hardware.name)
+    )
+    if profile.hardware.count > 1:
+        hardware += f"-tp{profile.hardware.count}"
+    if profile.kind == "analytic":
+        return Path("profiles") / f"{model}_{hardware}.json"
+    return Path("profiles") / f"{model}_{hardware}_{profile.engine.name}.json"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9.]+", "-", Path(text).name.lower()).strip("-") or "model"
+
+
+def run_profile(
+    config: ProfileConfig,
+    *,
+    progress: ProgressFn | None = None,
+    now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    timer_factory: Callable[[ProfileConfig, ModelShape], IterationTimer] | None = None,
+    on_start: ProgressCallback | None = None,
+) -> ProfileOutcome:
+    """Measure (or, for analytic, compute) and fit one profile, save it and summarise it.
+
+    ``on_start`` sees a launched engine's start (elapsed time, the log's last line).
+    A probe failing midway still saves what was measured, then raises EngineError naming the
+    saved file. Raises SpecError / UserError for bad input before anything runs.
+    """
+    shape = validate(config)
+    created = now().strftime("%Y-%m-%dT%H:%M:%SZ")
+    if config.engine == "analytic":
+        profile = _analytic(config, shape, created)
+    else:
+
+        def default_factory(config: ProfileConfig, shape: ModelShape) -> IterationTimer:
+            return build_timer(config, shape, on_start=on_start)
+
+        profile = _measured(config, shape, created, progress, timer_factory or default_factory)
+    path = config.output or default_output(profile)
+    if path.is_dir():  # -o DIR: the default file name inside it
+        path = path / default_output(profile).name
+    csv_path = save_profile(profile, path)
+    if not profile.complete:
+        raise EngineError(
+            f"profile stopped early: {profile.error}; partial measurements "
+            f"({len(profile.probes)} probes) saved to {path}"
+        )
+    summary = summarize(profile, config.typical_batch, config.typical_context)
+    return ProfileOutcome(profile, summary, path, csv_path)
+
+
+def _plan(
+    config: ProfileConfig, shape: ModelShape, *, kv_token_budget: int | None = None
+) -> ProfilePlan:
+    # A decode at context L needs L + 1 positions: keep contexts inside the model's length.
+    longest = (shape.max_position_embeddings or config.max_tokens + 1) - 1
+    plan = make_plan(
+        max_tokens=config.max_tokens,
+        max_batch=config.max_batch,
+        contexts=[min(c, longest) for c in config.contexts],
+        repeats=config.repeats,
+        mixed_context=min(config.typical_context, longest),
+        kv_token_budget=kv_token_budget,
+    )
+    return ProfilePlan(plan.probes, plan.repeats, refine_knee=config.refine_knee)
+
+
+def _analytic(config: ProfileConfig, shape: ModelShape, created: str) -> Profile:
+    from budgettune.profiling.analytic import analytic_profile  # scipy: only when profiling
+
+    gpu = _preset_gpu(config.gpu_name)
+    dtype = "bfloat16" if config.dtype == "auto" else config.dtype
+    weight_bytes = dtype_bytes(dtype)
+    model = StepModel.from_hardware(
+        shape,
+        gpu,
+        bytes_per_weight=weight_bytes,
+        compute_efficiency=config.compute_efficiency,
+        bandwidth_efficiency=config.bandwidth_efficiency,
+        overhead_s=config.overhead_s,
+        mode=config.mode,
+        tensor_parallel=config.tensor_parallel,
+    )
+    return analytic_profile(
+        source=config.model,
+        shape=shape,
+        gpu=gpu,
+        model=model,
+        dtype=dtype,
+        bytes_per_weight=weight_bytes,
+        kv_bytes_per_element=weight_bytes,
+        tensor_parallel=config.tensor_parallel,
+        plan=_plan(config, shape),
+        created_utc=created,
+        budgettune_version=__version__,
+        settings={
+            "compute_efficiency": config.compute_efficiency,
+            "bandwidth_efficiency": config.bandwidth_efficiency,
+            "overhead_s": config.overhead_s,
+            "mode": config.mode,
+            "tensor_parallel": config.tensor_parallel,
+        },
+    )
+
+
+def _preset_gpu(name: str) -> GPU:
+    if name.strip().lower() == "auto":
+        from budgettune.model.profile import detect_hardware
+
+        hardware = detect_hardware("auto")
+        if hardware.preset is None:
+            raise SpecError(
+                f"--gpu: 'auto' found no GPU preset on this machine ({hardware.name}); "
+                "an analytic profile needs one",
+                hint="pass --gpu h100-sxm (or another preset)",
+            )
+        return resolve_gpu(hardware.preset)
+    return resolve_gpu(name)
+
+
+def build_timer(
+    config: ProfileConfig, shape: ModelShape, *, on_start: ProgressCallback | None = None
+) -> IterationTimer:
+    """The measurement path for ``config.engine`` (torch here; engines through their API)."""
+    if config.engine == "torch":
+        from budgettune.profiling.torch_measure import TorchTimer
+
+        return TorchTimer(
+            config.model,
+            shape,
+            device=config.device,
+            dtype=config.dtype,
+            seed=config.seed,
+            gpu_name=config.gpu_name,
+            threads=config.threads,
+        )
+    return _engine_timer(config, shape, on_start)
+
+
+def engine_launch_spec(config: ProfileConfig, shape: ModelShape) -> LaunchSpec:
+    """One engine for the whole profile: a budget that holds the largest probe in one iteration
+    (prompt plus decodes), room for every probe's sequences, prefix caching off."""
+    limit = shape.max_position_embeddings
+    longest = max(config.max_tokens, *config.contexts) + LAUNCH_HEADROOM_TOKENS
+    sim = config.engine == "sim"
+    extra = list(config.engine_args)
+    if sim:
+        # The sim engine is configured with the same figures an analytic profile uses.
+        extra = [
+            "--compute-efficiency", str(config.compute_efficiency),
+            "--bandwidth-efficiency", str(config.bandwidth_efficiency),
+            "--overhead-ms", str(config.overhead_s * 1e3),
+            "--mode", config.mode,
+            *extra,
+        ]  # fmt: skip
+        if config.dtype != "auto":
+            extra += ["--dtype", config.dtype]
+    health = config.health_timeout_s or (SIM_HEALTH_TIMEOUT_S if sim else REAL_HEALTH_TIMEOUT_S)
+    return LaunchSpec(
+        budget_tokens=round_up(config.max_tokens + config.max_batch, BUDGET_ALIGN),
+        max_num_seqs=config.max_batch + 1,  # the decoders and one injected prompt
+        model=config.model,
+        gpu=_sim_gpu(config.gpu_name) if sim else None,
+        max_model_len=None if sim else (min(limit, longest) if limit else longest),
+        extra_args=tuple(extra),
+        env=dict(config.engine_env),
+        engine_cmd=config.engine_cmd,
+        log_path=config.log_path,
+        health_timeout_s=health,
+        dtype=None if sim or config.dtype == "auto" else config.dtype,
+        tensor_parallel_size=config.tensor_parallel if config.tensor_parallel > 1 else None,
+        prefix_caching=False,
+        gpu_memory_utilization=None if sim else config.gpu_memory_utilization,
+    )
+
+
+def _sim_gpu(name: str) -> str:
+    """The GPU the sim engine simulates: a preset name, or h100-sxm for "auto"."""
+    return SIM_DEFAULT_GPU if name.strip().lower() == "auto" else resolve_gpu(name).name
+
+
+def _engine_timer(
+    config: ProfileConfig, shape: ModelShape, on_start: ProgressCallback | None = None
+) -> IterationTimer:
+    from budgettune.model.profile import detect_hardware
+    from budgettune.profiling.measure import EngineTimer
+
+    spec = engine_launch_spec(config, shape)
+    if config.engine == "sim":
+        gpu = spec.gpu or SIM_DEFAULT_GPU
+        hardware = Hardware("sim", f"simulated {gpu}", preset=gpu)
+    else:
+        hardware = detect_hardware(config.gpu_name)
+    timer = EngineTimer(
+        config.engine,
+        spec,
+        vocab=shape.vocab,
+        hardware=hardware,
+        seed=config.seed,
+        request_timeout_s=config.probe_timeout_s or 600.0,
+        on_start=on_start,
+    )
+    if timer.kv_capacity_tokens is None and config.engine == "sim":
+        timer.kv_capacity_tokens = _sim_kv_capacity_tokens(config, shape, spec.gpu)
+    return timer
+
+
+def _sim_kv_capacity_tokens(config: ProfileConfig, shape: ModelShape, gpu: str | None) -> int:
+    """The sim engine's KV cache, from the same presets it computes it from (its defaults:
+    gpu-memory-utilization 0.9, blocks of 16)."""
+    from budgettune.sim.kvcache import DEFAULT_BLOCK_SIZE, kv_capacity_blocks
+
+    dtype = "bfloat16" if config.dtype == "auto" else config.dtype
+    model = StepModel.from_hardware(
+        shape, resolve_gpu(gpu or SIM_DEFAULT_GPU), bytes_per_weight=dtype_bytes(dtype)
+    )
+    return kv_capacity_blocks(model, resolve_gpu(gpu or SIM_DEFAULT_GPU)) * DEFAULT_BLOCK_SIZE
+
+
+def _measured(
+    config: ProfileConfig,
+    shape: ModelShape,
+    created: str,
+    progress: ProgressFn | None,
+    timer_factory: Callable[[ProfileConfig, ModelShape], IterationTimer],
+) -> Profile:
+    # scipy (about 2 s to import) only when a profile is measured, not at CLI start-up
+    from budgettune.model.fit import ShapeConstants, fit_step_model
+    from budgettune.model.ridge import fit_ridge
+
+    timer = timer_factory(config, shape)
+    try:
+        dtype = str(timer.engine.settings.get("dtype") or config.dtype)
+        weight_bytes = dtype_bytes("bfloat16" if dtype == "auto" else dtype)
+        reference = StepModel(
+            params=float(shape.params),
+            weight_bytes=float(shape.params) * weight_bytes,
+            kv_bytes_per_token=shape.kv_bytes_per_token(weight_bytes),
+            attention_flops_per_pair=4.0 * shape.layers * shape.hidden,
+            flops_per_s=1.0,
+            bytes_per_s=1.0,
+        )
+        constants = ShapeConstants.of(reference)
+        rng = np.random.default_rng(config.seed)
+
+        def knee_finder(probes: list[Probe]) -> float | None:
+            ridge = fit_ridge(
+                probes, attention_ratio=constants.attention_ratio, rng=rng, bootstrap=0
+            )
+            return ridge.knee_tokens
+
+        # Decoders must all fit the KV cache at once (their outputs too): probes holding more
+        # than KV_PLAN_SHARE of what the engine can hold are left out of the plan.
+        capacity = getattr(timer, "kv_capacity_tokens", None)
+        kv_budget = int(capacity * KV_PLAN_SHARE) if capacity else None
+        run = run_probes(
+            _plan(config, shape, kv_token_budget=kv_budget),
+            timer,
+            progress=progress,
+            probe_timeout_s=config.probe_timeout_s,
+            knee_finder=knee_finder,
+            max_tokens=config.max_tokens,
+        )
+    finally:
+        close = getattr(timer, "close", None)
+        if close is not None:
+            close()
+    probes = tuple(run.probes)
+    ridge = fit_ridge(
+        probes, attention_ratio=constants.attention_ratio, rng=rng, bootstrap=config.bootstrap
+    )
+    preset_model = None
+    if timer.hardware.preset is not None:
+        preset_model = StepModel.from_hardware(
+            shape, resolve_gpu(timer.hardware.preset), bytes_per_weight=weight_bytes
+        )
+    try:
+        step = fit_step_model(
+            probes,
+            constants,
+            request_overhead_series=timer.request_overhead_series,
+            preset=preset_model,
+        )
+    except ValueError:
+        step = None  # too few probes (a partial run): the raw data are still saved
+    return Profile(
+        kind="measured",
+        label=MEASURED_LABEL,
+        created_utc=created,
+        budgettune_version=__version__,
+        hardware=timer.hardware,
+        engine=timer.engine,
+        model=ModelInfo(config.model, shape, dtype, weight_bytes, weight_bytes),
+        probes=probes,
+        ridge=ridge,
+        step=step,
+        complete=run.error is None,
+        error=run.error,
+        elapsed_s=run.elapsed_s,
+    )
+
+
+def summarize(profile: Profile, typical_batch: int, typical_context: int) -> BudgetSummary | None:
+    """Budget floor from the measured knee; TBT budgets from the fitted step-time model."""
+    if profile.step is None:
+        return None
+    model = profile_step_model(profile)
+    ridge = profile.ridge
+    knee = ridge.knee_tokens if ridge is not None and ridge.knee_found else None
+    if knee is not None:
+        floor: int | None = round_up(knee + typical_batch, BUDGET_ALIGN)
+        reason = (
+            f"P* {knee:.0f} + {typical_batch} decodes, rounded up to a multiple of {BUDGET_ALIGN}"
+        )
+    else:
+        floor = None
+        reason = ridge.reason if ridge is not None else "no prefill probes"
+    budgets = []
+    for target in TBT_TARGETS_S:
+        best = None
+        for budget in range(BUDGET_ALIGN, MAX_BUDGET_TOKENS + 1, BUDGET_ALIGN):
+            if iteration_with_batch_s(model, budget, typical_batch, typical_context) > target:
+                break
+            best = budget
+        budgets.append((target, best))
+    return BudgetSummary(
+        knee_tokens=knee,
+        floor_tokens=floor,
+        floor_reason=reason,
+        typical_batch=typical_batch,
+        typical_context=typical_context,
+        tbt_budgets=tuple(budgets),
+        model_ridge_tokens=model.ridge_tokens,
+    )

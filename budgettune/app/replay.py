@@ -1,0 +1,190 @@
+"""`replay`: launch (or connect to) one engine, replay a schedule through the load generator,
+summarise with the shared metrics, and write results.json. No flag parsing, no tables."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from budgettune.artifacts.results import Results, save_results
+from budgettune.core.metrics import MetricsSummary, summarize
+from budgettune.engines.base import EngineHandle, LaunchSpec, ProgressCallback
+from budgettune.engines.registry import get_engine
+from budgettune.loadgen.runner import (
+    RunOptions,
+    RunOutcome,
+    RunProgress,
+    StopRule,
+    Target,
+    run_schedule,
+)
+from budgettune.loadgen.server_metrics import server_side
+from budgettune.trace.schedule import Schedule
+
+FAILURE_REASONS_SHOWN = 5
+
+
+@dataclass(slots=True, frozen=True)
+class ReplayConfig:
+    """One replay. ``config`` is the full command configuration stored in results.json;
+    ``output_dir`` None writes nothing."""
+
+    engine: str
+    spec: LaunchSpec
+    run: RunOptions
+    traffic: str  # one-line description of the traffic
+    output_dir: Path | None = None
+    command: tuple[str, ...] = ()
+    config: dict[str, Any] = field(default_factory=dict)
+    hardware: dict[str, Any] | None = None
+    write_report: bool = False  # report.html beside results.json (a sweep writes one for all)
+    rate_per_s: float | None = None  # the nominal rate asked for (None: the schedule's own)
+
+
+@dataclass(slots=True)
+class ReplayResult:
+    """What the CLI prints: the outcome, its summary, the engine's facts, where results went."""
+
+    outcome: RunOutcome
+    summary: MetricsSummary
+    engine: dict[str, Any]
+    server: dict[str, Any]
+    failure_reasons: dict[str, int]
+    results_file: Path | None = None
+    report_file: Path | None = None
+    engine_crashed: str | None = None
+    rate_per_s: float | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.outcome.complete and self.engine_crashed is None
+
+    def to_json(self) -> dict[str, Any]:
+        """One point in ``simulate``'s shape plus the load generator's self-check."""
+        return {
+            "budget": self.engine.get("budget_tokens"),
+            "rate": self.rate_per_s or _finite(self.outcome.target_rate_per_s),
+            **self.summary.to_json(),
+            "failure_reasons": self.failure_reasons,
+            "selfcheck": {**self.outcome.selfcheck(), "server": self.server},
+            "engine": {k: v for k, v in self.engine.items() if k != "log_tail"},
+            "complete": self.complete,
+            "results_file": str(self.results_file) if self.results_file else None,
+        }
+
+
+def _finite(value: float) -> float | None:
+    return value if value == value and abs(value) != float("inf") else None
+
+
+def failure_reasons(outcome: RunOutcome) -> dict[str, int]:
+    """Failed requests counted by reason, numbers stripped so alike reasons group together."""
+    counts: dict[str, int] = {}
+    for live in outcome.records:
+        if live.record.ok:
+            continue
+        reason = live.record.error or f"short output {len(live.record.token_times_s)}"
+        key = " ".join("N" if word.strip(".,:/()").isdigit() else word for word in reason.split())
+        counts[key] = counts.get(key, 0) + 1
+    ranked = sorted(counts.items(), key=lambda item: -item[1])
+    return dict(ranked[:FAILURE_REASONS_SHOWN])
+
+
+def _engine_facts(handle: EngineHandle, spec: LaunchSpec) -> dict[str, Any]:
+    return {
+        "name": handle.engine,
+        "version": handle.version,
+        "url": handle.url,
+        "model": handle.model,
+        "budget_tokens": spec.budget_tokens,
+        "chunked_prefill": spec.chunked_prefill,
+        "max_num_seqs": spec.max_num_seqs,
+        "pid": handle.pid,
+        "command": list(handle.command),
+        "log": str(handle.log_path) if handle.log_path else None,
+        "startup_s": round(handle.startup_s, 3),
+    }
+
+
+async def _settle_exit(handle: EngineHandle, timeout_s: float = 2.0) -> None:
+    """A killed server's sockets close a moment before its exit can be reaped, so the client
+    sees cut streams while the process still looks alive: give a failing run's engine a moment
+    to show its exit, so a crash is reported as one."""
+    deadline = time.monotonic() + timeout_s
+    while handle.alive() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+
+
+async def run_replay(
+    config: ReplayConfig,
+    schedule: Schedule,
+    *,
+    on_start: ProgressCallback | None = None,
+    on_ready: Callable[[EngineHandle], None] | None = None,
+    on_progress: Callable[[RunProgress], None] | None = None,
+    stop_rule: StopRule | None = None,
+) -> ReplayResult:
+    """Start the engine, replay ``schedule``, stop the engine, summarise, write results.
+
+    Raises EngineError when the engine does not start (nothing is written then), UserError for
+    an unknown engine or an unwritable output. A Ctrl-C during the replay still returns (and
+    writes) the partial run, marked incomplete; during the start it propagates.
+    """
+    engine = get_engine(config.engine)
+    crashed: str | None = None
+    async with engine.launch(config.spec, on_start) as handle:
+        if on_ready is not None:
+            on_ready(handle)
+        outcome = await run_schedule(
+            schedule,
+            Target(handle.url, handle.model),
+            config.run,
+            on_progress=on_progress,
+            stop_rule=stop_rule,
+        )
+        facts = _engine_facts(handle, config.spec)
+        if any(not live.record.ok for live in outcome.records):
+            await _settle_exit(handle)
+        if not handle.alive():
+            crashed = f"engine exited with status {handle.exit_code()} during the replay"
+            facts["crashed"] = crashed
+            facts["log_tail"] = handle.log_tail(30)
+    summary = summarize([live.record for live in outcome.records],
+                        warmup_requests=config.run.warmup_requests)  # fmt: skip
+    result = ReplayResult(
+        outcome=outcome,
+        summary=summary,
+        engine=facts,
+        server=server_side(outcome.server_before, outcome.server_after),
+        failure_reasons=failure_reasons(outcome),
+        engine_crashed=crashed,
+        rate_per_s=config.rate_per_s,
+    )
+    if config.output_dir is not None:
+        result.results_file = save_results(_results(config, result), config.output_dir)
+        if config.write_report:
+            from budgettune.app.report import run_report  # plotly only when writing a page
+
+            result.report_file = run_report(result.results_file).path
+    return result
+
+
+def _results(config: ReplayConfig, result: ReplayResult) -> Results:
+    point = result.to_json()
+    point.pop("results_file", None)
+    point["records"] = [live.to_json() for live in result.outcome.records]
+    reasons = [r for r in (result.outcome.stop_reason, result.engine_crashed) if r]
+    return Results(
+        kind="replay",
+        config={**config.config, "traffic": config.traffic},
+        points=[point],
+        command=list(config.command),
+        engine=result.engine,
+        hardware=config.hardware,
+        complete=result.complete,
+        incomplete_reason="; ".join(reasons) or None,
+    )

@@ -1,0 +1,212 @@
+"""GPU presets and model shapes: the hardware and model numbers the step-time model needs.
+
+A model shape comes from a preset name or a local Hugging Face ``config.json`` (a file or a model
+folder); a GPU from a preset name or from explicit peak figures. Nothing here is measured.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from budgettune.core.errors import SpecError
+
+
+@dataclass(frozen=True, slots=True)
+class GPU:
+    """Peak datasheet figures of one accelerator (dense bf16/fp16 tensor FLOP/s, no sparsity)."""
+
+    name: str
+    peak_flops: float
+    bandwidth_bytes_per_s: float
+    memory_bytes: float
+
+
+_TB = 1e12
+_GB = 1e9
+
+# Peak dense BF16 tensor-core FLOP/s (no sparsity), HBM/GDDR bandwidth and memory size, from the
+# vendors' datasheets:
+#   H100 SXM / PCIe: NVIDIA H100 Tensor Core GPU datasheet (2023): 989 / 756 TFLOPS, 3.35 / 2.0 TB/s
+#   H200 SXM: NVIDIA H200 datasheet (2024): 989 TFLOPS, 4.8 TB/s, 141 GB
+#   A100 80GB SXM / 40GB: NVIDIA A100 datasheet (2021): 312 TFLOPS, 2,039 / 1,555 GB/s
+#   L40S: NVIDIA L40S datasheet (2023): 362.05 TFLOPS, 864 GB/s, 48 GB
+#   RTX A6000: NVIDIA RTX A6000 datasheet (2021): 154.8 TFLOPS (FP32 accumulate), 768 GB/s, 48 GB
+#   B200: NVIDIA HGX B200 datasheet (2024), per GPU: 2.25 PFLOPS dense, 8 TB/s, 180 GB
+GPU_PRESETS: dict[str, GPU] = {
+    g.name: g
+    for g in (
+        GPU("h100-sxm", 989 * _TB, 3.35 * _TB, 80 * _GB),
+        GPU("h100-pcie", 756 * _TB, 2.0 * _TB, 80 * _GB),
+        GPU("h200", 989 * _TB, 4.8 * _TB, 141 * _GB),
+        GPU("a100-80g", 312 * _TB, 2.039 * _TB, 80 * _GB),
+        GPU("a100-40g", 312 * _TB, 1.555 * _TB, 40 * _GB),
+        GPU("l40s", 362.05 * _TB, 0.864 * _TB, 48 * _GB),
+        GPU("a6000", 154.8 * _TB, 0.768 * _TB, 48 * _GB),
+        GPU("b200", 2250 * _TB, 8.0 * _TB, 180 * _GB),
+    )
+}
+
+
+def resolve_gpu(name: str) -> GPU:
+    """Look up a GPU preset by name (case-insensitive). Raises SpecError listing valid names."""
+    key = name.strip().lower()
+    if key not in GPU_PRESETS:
+        raise SpecError(
+            f"--gpu: unknown GPU preset {name!r}; known: {', '.join(GPU_PRESETS)}",
+            hint="or describe it with --peak-tflops, --bandwidth-tbs and --memory-gb",
+        )
+    return GPU_PRESETS[key]
+
+
+def custom_gpu(peak_tflops: float, bandwidth_tbs: float, memory_gb: float) -> GPU:
+    """A GPU from explicit figures (TFLOP/s, TB/s, GB); each must be positive."""
+    for option, value in (
+        ("--peak-tflops", peak_tflops),
+        ("--bandwidth-tbs", bandwidth_tbs),
+        ("--memory-gb", memory_gb),
+    ):
+        if not value > 0:
+            raise SpecError(f"{option}: must be a positive number, got {value!r}")
+    return GPU("custom", peak_tflops * _TB, bandwidth_tbs * _TB, memory_gb * _GB)
+
+
+DTYPE_BYTES: dict[str, float] = {
+    "float32": 4,
+    "fp32": 4,
+    "float16": 2,
+    "fp16": 2,
+    "half": 2,
+    "bfloat16": 2,
+    "bf16": 2,
+    "fp8": 1,
+    "int8": 1,
+    "int4": 0.5,
+}
+
+
+def dtype_bytes(dtype: str) -> float:
+    """Bytes per element of a dtype name ("bfloat16" -> 2). Raises SpecError for unknown names."""
+    key = dtype.strip().lower()
+    if key not in DTYPE_BYTES:
+        raise SpecError(f"--dtype: unknown dtype {dtype!r}; known: {', '.join(DTYPE_BYTES)}")
+    return DTYPE_BYTES[key]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    """The architecture numbers of a decoder-only transformer (Llama family layout)."""
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    tied_embeddings: bool = False
+    attention_bias: bool = False
+    max_position_embeddings: int | None = None
+
+    @property
+    def params(self) -> int:
+        """Parameter count N: embeddings, attention, gated MLP, norms, LM head (unless tied)."""
+        q_dim = self.heads * self.head_dim
+        kv_dim = self.kv_heads * self.head_dim
+        attention = self.hidden * (q_dim + 2 * kv_dim) + q_dim * self.hidden
+        if self.attention_bias:
+            attention += q_dim + 2 * kv_dim
+        mlp = 3 * self.hidden * self.intermediate  # gate, up, down
+        norms = 2 * self.hidden
+        per_layer = attention + mlp + norms
+        embeddings = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
+        return self.layers * per_layer + embeddings + self.hidden  # + final norm
+
+    def kv_bytes_per_token(self, bytes_per_element: float) -> float:
+        """KV-cache bytes one token occupies: 2 (K and V) x layers x kv_heads x head_dim x bytes."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * bytes_per_element
+
+
+# Shapes from each model's published config.json on the Hugging Face Hub.
+MODEL_PRESETS: dict[str, ModelShape] = {
+    m.name: m
+    for m in (
+        ModelShape(
+            "llama-3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256, max_position_embeddings=131072
+        ),
+        ModelShape(
+            "llama-3.1-70b", 80, 8192, 64, 8, 128, 28672, 128256, max_position_embeddings=131072
+        ),
+        ModelShape("mistral-7b", 32, 4096, 32, 8, 128, 14336, 32000, max_position_embeddings=32768),
+        ModelShape(
+            "qwen2.5-7b",
+            28,
+            3584,
+            28,
+            4,
+            128,
+            18944,
+            152064,
+            attention_bias=True,
+            max_position_embeddings=32768,
+        ),
+        ModelShape("yi-34b", 60, 7168, 56, 8, 128, 20480, 64000, max_position_embeddings=4096),
+        ModelShape(
+            "llama-2-13b", 40, 5120, 40, 40, 128, 13824, 32000, max_position_embeddings=4096
+        ),
+    )
+}
+
+
+def resolve_model(name_or_path: str) -> ModelShape:
+    """A preset name, a ``config.json`` file or a folder holding one. Raises SpecError otherwise."""
+    key = name_or_path.strip().lower()
+    if key in MODEL_PRESETS:
+        return MODEL_PRESETS[key]
+    path = Path(name_or_path)
+    if path.is_dir():
+        path = path / "config.json"
+    if path.is_file():
+        return load_model_shape(path)
+    raise SpecError(
+        f"--model: {name_or_path!r} is neither a preset nor a config.json or model folder; "
+        f"presets: {', '.join(MODEL_PRESETS)}",
+    )
+
+
+def load_model_shape(config_path: Path) -> ModelShape:
+    """Read a Hugging Face ``config.json``; names the missing field when one is absent."""
+    try:
+        config = json.loads(config_path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise SpecError(f"--model: cannot read {config_path}: {exc}") from None
+    if isinstance(config.get("text_config"), dict):  # multimodal wrappers keep the LM inside
+        config = {**config, **config["text_config"]}
+
+    def need(*keys: str) -> int:
+        for key in keys:
+            if config.get(key) is not None:
+                return int(config[key])
+        raise SpecError(f"--model: {config_path}: missing field {keys[0]!r}")
+
+    hidden = need("hidden_size", "n_embd", "d_model")
+    heads = need("num_attention_heads", "n_head")
+    kv_heads = int(config.get("num_key_value_heads") or heads)
+    head_dim = int(config.get("head_dim") or hidden // heads)
+    name = str(config.get("_name_or_path") or config_path.parent.name or "model")
+    return ModelShape(
+        name=name,
+        layers=need("num_hidden_layers", "n_layer"),
+        hidden=hidden,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate=need("intermediate_size", "n_inner"),
+        vocab=need("vocab_size"),
+        tied_embeddings=bool(config.get("tie_word_embeddings", False)),
+        attention_bias=bool(config.get("attention_bias", False))
+        or config.get("model_type") in {"qwen2"},
+        max_position_embeddings=config.get("max_position_embeddings"),
+    )

@@ -1,0 +1,58 @@
+"""The SLO judgement, written once: TBT and TTFT targets at a percentile, and whether a run's
+summary meets them. Search, sweep, replay and report all judge through :class:`SLO`."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from budgettune.core.errors import SpecError
+from budgettune.core.metrics import MetricsSummary
+
+
+@dataclass(frozen=True, slots=True)
+class SLO:
+    """Latency targets in seconds, checked at ``percentile`` (99 unless ``--percentile``)."""
+
+    tbt_s: float
+    ttft_s: float
+    percentile: float = 99.0
+
+    def __post_init__(self) -> None:
+        if not self.tbt_s > 0:
+            raise SpecError(f"--slo-tbt: must be positive, got {self.tbt_s!r} s")
+        if not self.ttft_s > 0:
+            raise SpecError(f"--slo-ttft: must be positive, got {self.ttft_s!r} s")
+        if not 0 < self.percentile < 100:
+            raise SpecError(f"--percentile: must be in (0, 100), got {self.percentile!r}")
+
+    def judge(self, summary: MetricsSummary) -> Judgement:
+        """TBT and TTFT at the percentile and whether each is within target (nan, i.e. no
+        sample, does not pass). A run without any TBT sample (every output one token long) has
+        no TBT to violate. At a percentile other than 99 the summary must carry it
+        (``summarize(slo_quantile=...)``)."""
+        quantile = self.percentile / 100.0
+        if math.isclose(quantile, 0.99):
+            tbt_s, ttft_s = summary.tbt_s.p99, summary.ttft_s.p99
+        else:
+            at = summary.at_quantile
+            if at is None or not math.isclose(at.quantile, quantile):
+                raise ValueError(f"summary not computed at the SLO quantile {quantile}")
+            tbt_s, ttft_s = at.tbt_s, at.ttft_s
+        tbt_ok = summary.tbt_s.count == 0 or tbt_s <= self.tbt_s
+        return Judgement(tbt_s, ttft_s, tbt_ok, ttft_s <= self.ttft_s)
+
+    def met_by(self, summary: MetricsSummary) -> bool:
+        """Both SLOs met at the percentile (see :meth:`judge`)."""
+        judgement = self.judge(summary)
+        return judgement.tbt_ok and judgement.ttft_ok
+
+
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    """One run against an SLO: TBT and TTFT at its percentile (seconds), and each verdict."""
+
+    tbt_s: float
+    ttft_s: float
+    tbt_ok: bool
+    ttft_ok: bool

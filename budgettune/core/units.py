@@ -1,0 +1,105 @@
+"""Parsing and formatting of human units: durations ("50ms", "1s"), token counts ("2k"), lists.
+
+Every parser raises :class:`~budgettune.core.errors.SpecError` naming the option and the bad value.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from budgettune.core.errors import SpecError
+
+_DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(us|µs|ms|s|m|min|h)?\s*$")
+_DURATION_SCALE_S = {
+    "us": 1e-6,
+    "µs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "min": 60.0,
+    "h": 3600.0,
+}
+
+
+def parse_duration_s(text: str, *, option: str = "duration", default_unit: str = "s") -> float:
+    """Parse "50ms", "1s", "1.5", "2m" into seconds. A bare number is in ``default_unit``."""
+    match = _DURATION_RE.match(str(text))
+    if not match:
+        raise SpecError(
+            f"{option}: cannot read {text!r} as a duration; write e.g. 50ms, 1s, 2m",
+        )
+    value = float(match.group(1))
+    unit = match.group(2) or default_unit
+    seconds = value * _DURATION_SCALE_S[unit]
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise SpecError(f"{option}: duration must be positive, got {text!r}")
+    return seconds
+
+
+_TOKENS_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kKmM]?)\s*$")
+_DECIMAL_SCALE = {"": 1, "k": 1000, "m": 1_000_000}
+_BINARY_SCALE = {"K": 1024, "M": 1024 * 1024}
+
+
+def parse_tokens(text: str, *, option: str = "tokens") -> int:
+    """Parse "512", "8k", "8K" into a whole number of tokens, as vLLM reads its own flags
+    (``human_readable_int``): lower case is decimal ("8k" is 8000, "1m" a million), upper case
+    binary ("8K" is 8192, "1M" is 1,048,576), so ``--budgets 8K`` means the budget vLLM's
+    ``--max-num-batched-tokens 8K`` would."""
+    match = _TOKENS_RE.match(str(text))
+    if not match:
+        raise SpecError(f"{option}: cannot read {text!r} as a token count; write e.g. 512 or 8K")
+    number, suffix = match.groups()
+    if suffix in _BINARY_SCALE and "." in number:
+        raise SpecError(
+            f"{option}: {text!r}: no decimals with the binary suffix {suffix} "
+            f"(did you mean {number}{suffix.lower()}?)"
+        )
+    scale = _BINARY_SCALE.get(suffix) or _DECIMAL_SCALE[suffix]
+    value = float(number) * scale
+    if value != int(value):
+        raise SpecError(f"{option}: {text!r} is not a whole number of tokens")
+    return int(value)
+
+
+def parse_positive_float(text: str | float, *, option: str) -> float:
+    """Parse a strictly positive finite number, naming ``option`` in the error."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise SpecError(f"{option}: expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise SpecError(f"{option}: must be a positive number, got {text!r}")
+    return value
+
+
+def parse_int_list(text: str, *, option: str) -> list[int]:
+    """Parse "128,256,512" into ints (each positive)."""
+    out: list[int] = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            value = int(part)
+        except ValueError:
+            raise SpecError(f"{option}: {part!r} is not a whole number (in {text!r})") from None
+        if value <= 0:
+            raise SpecError(f"{option}: values must be positive, got {value} (in {text!r})")
+        out.append(value)
+    if not out:
+        raise SpecError(f"{option}: empty list {text!r}")
+    return out
+
+
+def format_ms(seconds: float) -> str:
+    """Seconds to a short millisecond or second string for tables: 0.0312 -> '31.2 ms'."""
+    if not math.isfinite(seconds):
+        return "-"
+    ms = seconds * 1e3
+    if ms >= 10_000:
+        return f"{seconds:.1f} s"
+    if ms >= 100:
+        return f"{ms:.0f} ms"
+    return f"{ms:.1f} ms"

@@ -1,0 +1,7 @@
+"""``python -m budgettune.engines.embedded``: run the simulated engine (flags mirror vllm serve)."""
+
+import sys
+
+from budgettune.engines.embedded.server import main
+
+sys.exit(main())

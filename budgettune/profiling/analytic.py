@@ -1,0 +1,134 @@
+"""`--engine analytic`: a profile computed from the GPU and model presets, measuring nothing.
+
+Every "probe" is the roofline model's output on the standard grid and the file says so in its
+``kind`` ("analytic") and ``label``; the step fit is the presets' parameters themselves, so
+:func:`~budgettune.model.profile.profile_step_model` gives back ``StepModel.from_hardware``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from budgettune.core.hardware import GPU, GPU_PRESETS, ModelShape
+from budgettune.model.fit import ShapeConstants, predict_s, probe_work, series_errors
+from budgettune.model.profile import (
+    ANALYTIC_LABEL,
+    EngineInfo,
+    Hardware,
+    ModelInfo,
+    Probe,
+    Profile,
+    StepFit,
+)
+from budgettune.model.ridge import fit_ridge
+from budgettune.model.stepmodel import StepModel
+from budgettune.profiling.plan import ProfilePlan
+
+
+def prefill_knee_tokens(model: StepModel) -> float:
+    """The prompt size P where a prefill turns compute-bound: (2N P + a P^2 / 2) / F = wN / B.
+
+    Equals ``model.ridge_tokens`` but for the attention FLOPs (under 1% for 7B+ models).
+    """
+    a = model.attention_flops_per_pair
+    two_n = 2.0 * model.params
+    target = model.weight_bytes / model.bytes_per_s * model.flops_per_s  # FLOPs at the knee
+    if a <= 0:
+        return target / two_n
+    return (-two_n + math.sqrt(two_n * two_n + 2.0 * a * target)) / a
+
+
+def analytic_profile(
+    *,
+    source: str,
+    shape: ModelShape,
+    gpu: GPU,
+    model: StepModel,
+    dtype: str,
+    bytes_per_weight: float,
+    kv_bytes_per_element: float,
+    tensor_parallel: int,
+    plan: ProfilePlan,
+    created_utc: str,
+    budgettune_version: str,
+    settings: dict[str, object],
+) -> Profile:
+    """The profile of ``model`` (built by the caller from the presets) on the plan's grid."""
+    probes = tuple(
+        Probe(
+            spec.series,
+            spec.prompt_tokens,
+            spec.batch,
+            spec.context_tokens,
+            (
+                model.iteration_time_s(
+                    [(spec.prompt_tokens, 0)] if spec.prompt_tokens else [],
+                    [spec.context_tokens] * spec.batch,
+                ),
+            ),
+            spec.tag,
+        )
+        for spec in plan.probes
+    )
+    constants = ShapeConstants.of(model)
+    # The two-segment fit of model output gives the linear-fit fields; the knee is then set to
+    # its exact value, with no interval: nothing was sampled.
+    ridge = fit_ridge(
+        probes, attention_ratio=constants.attention_ratio, rng=np.random.default_rng(0), bootstrap=0
+    )
+    knee = prefill_knee_tokens(model)
+    inside = ridge.tokens_min <= knee <= ridge.tokens_max
+    ridge = dataclasses.replace(
+        ridge,
+        knee_found=inside,
+        knee_tokens=knee if inside else None,
+        ci_low_tokens=None,
+        ci_high_tokens=None,
+        bootstrap_samples=0,
+        reason=(
+            f"model output: compute equals the weight read at {knee:.0f} tokens "
+            f"(F/B from presets), not measured"
+            if inside
+            else f"model output: the knee ({knee:.0f} tokens) lies outside {ridge.tokens_min}.."
+            f"{ridge.tokens_max}"
+        ),
+    )
+    work = probe_work(probes, constants)
+    predicted = predict_s(work, model.flops_per_s, model.bytes_per_s, model.overhead_s, model.mode)
+    preset = {
+        "flops_per_s": model.flops_per_s,
+        "bytes_per_s": model.bytes_per_s,
+        "overhead_s": model.overhead_s,
+    }
+    step = StepFit(
+        flops_per_s=model.flops_per_s,
+        bytes_per_s=model.bytes_per_s,
+        overhead_s=model.overhead_s,
+        mode=model.mode,
+        mode_reason="chosen with --mode (model output, not fitted)",
+        request_overhead_s=None,
+        errors=series_errors(work, predicted),
+        holdout={},
+        notes=("model output from presets: nothing was measured",),
+        preset=preset,
+    )
+    return Profile(
+        kind="analytic",
+        label=ANALYTIC_LABEL,
+        created_utc=created_utc,
+        budgettune_version=budgettune_version,
+        hardware=Hardware(
+            "preset",
+            gpu.name,
+            count=tensor_parallel,
+            preset=gpu.name if gpu.name in GPU_PRESETS else None,
+        ),
+        engine=EngineInfo("analytic", None, dict(settings)),
+        model=ModelInfo(source, shape, dtype, bytes_per_weight, kv_bytes_per_element),
+        probes=probes,
+        ridge=ridge,
+        step=step,
+    )

@@ -1,0 +1,210 @@
+"""What `budgettune profile` probes and in which order: the probe grid of the three series, the
+timer protocol every measurement path implements, and the loop that runs the probes.
+
+The loop keeps what it measured when a probe fails, so a partial profile can still be saved.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from budgettune.core.errors import BudgettuneError, EngineError
+from budgettune.model.profile import EngineInfo, Hardware, Probe
+
+# Prefill sizes: every 32 (48 too) below 512, where ridges of common model/GPU pairs lie (A100
+# and 8B: ~115 tokens), then multiples of 128 growing roughly geometrically. Tile probes sit one
+# token above round sizes.
+PREFILL_GRID = (
+    32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536,
+    1792, 2048, 2560, 3072, 3584, 4096, 5120, 6144, 7168, 8192, 10240, 12288, 16384, 24576, 32768,
+)  # fmt: skip
+TILE_PROBES = (257, 513)
+DECODE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+DEFAULT_CONTEXTS = (256, 1024, 4096)
+MIXED_PROMPTS = (256, 1024, 4096)
+MIXED_BATCHES = (8, 64, 256)
+REFINE_FACTORS = (0.7, 0.85, 1.15, 1.3)  # extra prefill sizes around a first-pass knee
+
+
+@dataclass(slots=True, frozen=True)
+class ProbeSpec:
+    """One iteration shape to time: a prompt of prompt_tokens at offset 0 beside ``batch``
+    decodes at context_tokens each."""
+
+    series: str
+    prompt_tokens: int
+    batch: int = 0
+    context_tokens: int = 0
+    tag: str = ""
+
+
+@dataclass(slots=True, frozen=True)
+class ProfilePlan:
+    """The probes in measuring order (prefill, decode, mixed) and the repeats of each."""
+
+    probes: tuple[ProbeSpec, ...]
+    repeats: int
+    refine_knee: bool = True
+
+    def series(self, name: str) -> list[ProbeSpec]:
+        return [p for p in self.probes if p.series == name]
+
+
+def make_plan(
+    *,
+    max_tokens: int,
+    max_batch: int,
+    contexts: Sequence[int] = DEFAULT_CONTEXTS,
+    repeats: int = 5,
+    mixed_context: int = 1024,
+    kv_token_budget: int | None = None,
+) -> ProfilePlan:
+    """The standard grid up to ``max_tokens`` prompt tokens and ``max_batch`` decodes.
+
+    kv_token_budget caps batch x context (the KV tokens a probe needs resident); larger decode
+    and mixed probes are left out.
+    """
+    prefill = sorted({p for p in PREFILL_GRID if p <= max_tokens} | {max_tokens})
+    probes = []
+    for size in prefill:
+        probes.append(ProbeSpec("prefill", size))
+        # A tile probe right after its round neighbour: the two see the same machine (a drift
+        # in load between them would read as a tile effect).
+        if size + 1 in TILE_PROBES and size + 1 <= max_tokens:
+            probes.append(ProbeSpec("prefill", size + 1, tag="tile"))
+    batches = sorted({b for b in DECODE_BATCHES if b <= max_batch} | {max_batch})
+    usable_contexts = sorted({min(c, max_tokens) for c in contexts})
+
+    def fits(batch: int, context: int) -> bool:
+        return kv_token_budget is None or batch * context <= kv_token_budget
+
+    probes += [ProbeSpec("decode", 0, b, c) for c in usable_contexts for b in batches if fits(b, c)]
+    mixed_context = min(mixed_context, max_tokens)
+    mixed_prompts = sorted({min(p, max_tokens) for p in MIXED_PROMPTS})
+    mixed_batches = sorted({min(b, max_batch) for b in MIXED_BATCHES})
+    probes += [
+        ProbeSpec("mixed", p, b, mixed_context)
+        for p in mixed_prompts
+        for b in mixed_batches
+        if fits(b, mixed_context)
+    ]
+    return ProfilePlan(tuple(probes), repeats)
+
+
+def refine_sizes(knee_tokens: float, measured: Sequence[int], max_tokens: int) -> list[int]:
+    """Extra prefill sizes (multiples of 16) around a first-pass knee not measured yet."""
+    out = set()
+    for factor in REFINE_FACTORS:
+        size = round(knee_tokens * factor / 16.0) * 16
+        if 16 <= size <= max_tokens and size not in measured:
+            out.add(size)
+    return sorted(out)
+
+
+class IterationTimer(Protocol):
+    """A measurement path: times iteration shapes on one engine.
+
+    request_overhead_series: series whose times carry a fixed extra (e.g. prefill measured as
+    TTFT through HTTP); the step-time fit gives them an offset of their own.
+    """
+
+    engine: EngineInfo
+    hardware: Hardware
+    request_overhead_series: tuple[str, ...]
+
+    def warm_up(self, spec: ProbeSpec) -> None: ...
+
+    def time_probe(self, spec: ProbeSpec, repeats: int) -> Probe:
+        """The measured probe: ``spec``'s shape (a path may report the context it actually
+        reached, e.g. decodes whose context grew while measured) and its timings, seconds."""
+        ...
+
+
+ProgressFn = Callable[[str, int, int], None]  # (series, probes done, probes planned)
+
+
+@dataclass(slots=True)
+class ProbeRun:
+    """What the probe loop produced; ``error`` is set when it stopped early."""
+
+    probes: list[Probe] = field(default_factory=list)
+    error: str | None = None
+    elapsed_s: float = 0.0
+
+
+class ProbeTimeout(EngineError):
+    """One probe took longer than --probe-timeout."""
+
+
+def run_probes(
+    plan: ProfilePlan,
+    timer: IterationTimer,
+    *,
+    progress: ProgressFn | None = None,
+    probe_timeout_s: float | None = None,
+    knee_finder: Callable[[list[Probe]], float | None] | None = None,
+    max_tokens: int | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> ProbeRun:
+    """Warm up before each series, then time every probe of the plan in order.
+
+    knee_finder: called on the prefill probes after that series; sizes around the knee it
+    returns are measured too (when ``plan.refine_knee``). A failing probe (EngineError, a
+    timeout, an out-of-memory RuntimeError) ends the loop; what was measured is kept.
+    """
+    run = ProbeRun()
+    started = clock()
+    pending = list(plan.probes)
+    planned = len(pending) + (len(REFINE_FACTORS) if plan.refine_knee and knee_finder else 0)
+    done = 0
+    series_seen: set[str] = set()
+    refine = plan.refine_knee and knee_finder is not None
+    try:
+        while pending:
+            spec = pending.pop(0)
+            if spec.series not in series_seen:
+                series_seen.add(spec.series)
+                if progress:
+                    progress(spec.series, done, planned)
+                timer.warm_up(spec)
+            probe_started = clock()
+            run.probes.append(timer.time_probe(spec, plan.repeats))
+            took_s = clock() - probe_started
+            done += 1
+            if probe_timeout_s is not None and took_s > probe_timeout_s:
+                raise ProbeTimeout(
+                    f"probe {describe(spec)} took {took_s:.3g} s, over --probe-timeout "
+                    f"{probe_timeout_s:g} s"
+                )
+            ends_prefill = spec.series == "prefill" and (
+                not pending or pending[0].series != "prefill"
+            )
+            if ends_prefill and refine:
+                refine = False  # once: the sizes it adds are prefill probes too
+                assert knee_finder is not None
+                knee = knee_finder(run.probes)
+                extra: list[int] = []
+                if knee is not None:
+                    measured = [p.prompt_tokens for p in run.probes]
+                    extra = refine_sizes(knee, measured, max_tokens or max(measured))
+                pending[0:0] = [ProbeSpec("prefill", p, tag="refine") for p in extra]
+                planned += len(extra) - len(REFINE_FACTORS)
+            if progress:
+                progress(spec.series, done, planned)
+    except (BudgettuneError, RuntimeError, MemoryError) as exc:
+        run.error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    run.elapsed_s = clock() - started
+    return run
+
+
+def describe(spec: ProbeSpec) -> str:
+    """Short human description of a probe shape."""
+    parts = []
+    if spec.prompt_tokens:
+        parts.append(f"prompt {spec.prompt_tokens}")
+    if spec.batch:
+        parts.append(f"{spec.batch} decodes at context {spec.context_tokens}")
+    return f"{spec.series} ({', '.join(parts)})"

@@ -1,0 +1,110 @@
+"""Budget candidates between the ridge floor and the TBT ceiling, and engines' default budgets.
+
+Floor: a budget whose prefill share (budget minus the decodes beside it) stays above the ridge
+P*, else every chunk pays a full weight read for too little work. Ceiling: the largest budget
+whose modeled iteration, with the expected decode batch beside it, fits the TBT SLO.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from budgettune.core.hardware import GPU
+from budgettune.model.stepmodel import StepModel
+
+_GIB = 1024**3
+
+
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    """Sorted budgets to evaluate and where they came from."""
+
+    budgets: tuple[int, ...]
+    floor_tokens: int
+    ceiling_tokens: int | None  # None: even the floor's iteration breaks the TBT SLO
+    decode_batch: float
+    ridge_tokens: float
+
+
+def round_up(value: float, align: int) -> int:
+    return max(align, math.ceil(value / align) * align)
+
+
+def iteration_with_batch_s(
+    model: StepModel, budget_tokens: int, decode_batch: float, context_tokens: float
+) -> float:
+    """Modeled time of a full iteration: ``decode_batch`` decodes at ``context_tokens`` and the
+    rest of the budget as one prompt chunk at offset 0."""
+    decodes = max(0, round(decode_batch))
+    prefill = max(0, budget_tokens - decodes)
+    return model.step_time_s(prefill, prefill * prefill / 2.0, 0, decodes, decodes * context_tokens)
+
+
+def budget_candidates(
+    model: StepModel,
+    *,
+    slo_tbt_s: float,
+    decode_batch: float,
+    context_tokens: float,
+    align: int = 256,
+    max_budget_tokens: int = 65536,
+) -> Candidates:
+    """Multiples of ``align`` from the floor to the ceiling, plus one step above the ceiling to
+    show the cliff. With no ceiling (the floor already breaks the SLO), the floor alone and one
+    step above, so the sweep still measures and explains."""
+    if align <= 0:
+        raise ValueError("align must be positive")
+    floor = round_up(model.ridge_tokens + decode_batch, align)
+    ceiling: int | None = None
+    budget = floor
+    while budget <= max_budget_tokens:
+        if iteration_with_batch_s(model, budget, decode_batch, context_tokens) > slo_tbt_s:
+            break
+        ceiling = budget
+        budget += align
+    top = (ceiling if ceiling is not None else floor) + align
+    budgets = tuple(range(floor, min(top, max_budget_tokens) + 1, align))
+    return Candidates(
+        budgets=budgets,
+        floor_tokens=floor,
+        ceiling_tokens=ceiling,
+        decode_batch=decode_batch,
+        ridge_tokens=model.ridge_tokens,
+    )
+
+
+VLLM_DEFAULT_RULE = "vLLM: 8192 on GPUs of at least 70 GiB other than A100, else 2048"
+SGLANG_DEFAULT_RULE = "SGLang: 2048 under 35 GB of GPU memory, 8192 under 160 GB, else 16384"
+
+
+def vllm_default_for(name: str | None, memory_bytes: float | None) -> int:
+    """vLLM's API-server default for a GPU by name (a preset or nvidia-smi's "NVIDIA A100-SXM4-
+    80GB") and memory: 8192 on GPUs with at least 70 GiB other than A100, else (or without a
+    GPU) 2048."""
+    if name is None or memory_bytes is None:
+        return 2048
+    return 8192 if memory_bytes >= 70 * _GIB and "a100" not in name.lower() else 2048
+
+
+def sglang_default_for(memory_bytes: float | None) -> int:
+    """SGLang's default by GPU memory: 2048 under 35 GB (or without a GPU), 8192 under 160 GB,
+    16384 above."""
+    if memory_bytes is None:
+        return 2048
+    memory_gb = memory_bytes / 1e9
+    if memory_gb < 35:
+        return 2048
+    return 8192 if memory_gb < 160 else 16384
+
+
+def vllm_default_budget(gpu: GPU | None) -> int:
+    """vLLM's default for a GPU preset (see :func:`vllm_default_for`)."""
+    if gpu is None:
+        return vllm_default_for(None, None)
+    return vllm_default_for(gpu.name, gpu.memory_bytes)
+
+
+def sglang_default_budget(gpu: GPU | None) -> int:
+    """SGLang's default for a GPU preset (see :func:`sglang_default_for`)."""
+    return sglang_default_for(None if gpu is None else gpu.memory_bytes)

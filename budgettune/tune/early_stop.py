@@ -1,0 +1,81 @@
+"""Stop a replay as soon as its SLO verdict is certain.
+
+With numpy-style linear interpolation, the q-quantile of ``total`` samples sits between order
+statistics ``floor(q (total - 1))`` and the next one. Once ``total - floor(q (total - 1))``
+samples already exceed the SLO, those order statistics exceed it whatever the rest of the run
+brings, so the p-th percentile breaks the SLO and replaying on only burns time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from budgettune.loadgen.runner import LiveRecord
+from budgettune.trace.schedule import Schedule
+
+
+def violations_for_certain_failure(total: int, quantile: float) -> int:
+    """How many of ``total`` samples above the SLO make the ``quantile`` exceed it for sure."""
+    if total <= 0:
+        return 1
+    return total - math.floor(quantile * (total - 1))
+
+
+@dataclass(slots=True)
+class EarlyStop:
+    """A load-generator stop rule (``StopRule``) counting TBT gaps and TTFTs above their SLOs.
+
+    Totals come from the schedule (measured requests only: the first ``warmup`` are left out,
+    like the summary does). A failed request counts as a TTFT violation. ``tbt_failed`` and
+    ``ttft_failed`` say which verdict became certain.
+    """
+
+    schedule: Schedule
+    warmup: int
+    slo_tbt_s: float
+    slo_ttft_s: float
+    quantile: float
+    tbt_failed: bool = False
+    ttft_failed: bool = False
+    _seen: int = 0
+    _tbt_over: int = 0
+    _ttft_over: int = 0
+    _tbt_limit: int = 0
+    _ttft_limit: int = 0
+
+    def __post_init__(self) -> None:
+        outputs = self.schedule.output_tokens[self.warmup :]
+        self._tbt_limit = violations_for_certain_failure(
+            int(np.maximum(outputs - 1, 0).sum()), self.quantile
+        )
+        self._ttft_limit = violations_for_certain_failure(len(outputs), self.quantile)
+
+    def __call__(self, records: Sequence[LiveRecord]) -> str | None:
+        for live in records[self._seen :]:
+            if live.warmup:
+                continue
+            record = live.record
+            times = record.token_times_s
+            if len(times) > 1:
+                self._tbt_over += int(np.count_nonzero(np.diff(times) > self.slo_tbt_s))
+            if not record.ok or not len(times) or times[0] - record.sent_s > self.slo_ttft_s:
+                self._ttft_over += 1
+        self._seen = len(records)
+        self.tbt_failed = self._tbt_over >= self._tbt_limit
+        self.ttft_failed = self._ttft_over >= self._ttft_limit
+        if self.tbt_failed or self.ttft_failed:
+            which = " and ".join(
+                name
+                for name, failed in (("TBT", self.tbt_failed), ("TTFT", self.ttft_failed))
+                if failed
+            )
+            return (
+                f"early stop: the p{self.quantile * 100:g} {which} verdict is certain "
+                f"({self._tbt_over} gaps above the TBT SLO, {self._ttft_over} TTFTs above the "
+                "TTFT SLO)"
+            )
+        return None

@@ -1,0 +1,242 @@
+"""The sweep's verdict: the largest verified budget meeting both SLOs, with the reasons a user
+needs (the cliff above it, the engine default, what binds when nothing is feasible), and the
+files that carry it: recommendation.json, vllm.yaml, sglang.args."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from budgettune.core.units import format_ms
+from budgettune.tune.candidates import Candidates
+
+
+@dataclass(frozen=True, slots=True)
+class Recommendation:
+    """The chosen budget (None when no verified budget meets both SLOs) and why."""
+
+    budget_tokens: int | None
+    headline: str
+    reasons: tuple[str, ...]
+    binding_slo: str | None  # "tbt", "ttft" or "both" when nothing is feasible
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "budget": self.budget_tokens,
+            "headline": self.headline,
+            "reasons": list(self.reasons),
+            "binding_slo": self.binding_slo,
+        }
+
+    @property
+    def text(self) -> str:
+        return " ".join([self.headline, *self.reasons])
+
+
+def _ms(value_ms: float | None) -> str:
+    return "failed requests" if value_ms is None else format_ms(value_ms / 1e3)
+
+
+RATE_TOLERANCE = 0.02  # a realised rate within 2% of the asked one is that rate
+
+
+def rate_text(
+    rate_per_s: float, asked_rate_per_s: float | None = None, requests: int | None = None
+) -> str:
+    """The load in words: "7.2 req/s", or, when the schedule's realised rate differs from the
+    asked one by more than 2% (a short Poisson schedule), both: "8 req/s (7.16 realised over
+    240 requests)"."""
+    if asked_rate_per_s is None or abs(rate_per_s / asked_rate_per_s - 1) <= RATE_TOLERANCE:
+        return f"{rate_per_s:.3g} req/s"
+    over = f" over {requests} requests" if requests else ""
+    return f"{asked_rate_per_s:.3g} req/s ({rate_per_s:.3g} realised{over})"
+
+
+def recommend(
+    points: Sequence[dict[str, Any]],
+    *,
+    slo_tbt_s: float,
+    slo_ttft_s: float,
+    percentile: float,
+    rate_per_s: float,
+    default_budget: int | None,
+    candidates: Candidates,
+    baseline_label: str = "Your engine default",
+    asked_rate_per_s: float | None = None,
+    requests: int | None = None,
+) -> Recommendation:
+    """Pick the largest measured budget that met both SLOs and explain the choice.
+
+    ``rate_per_s`` is the schedule's realised rate; ``asked_rate_per_s`` (--rate), when it
+    differs by more than 2%, is named beside it with the ``requests`` it was realised over."""
+    p = f"p{percentile:g}"
+    load = rate_text(rate_per_s, asked_rate_per_s, requests)
+    slo_tbt, slo_ttft = format_ms(slo_tbt_s), format_ms(slo_ttft_s)
+    measured = sorted(
+        (pt for pt in points if pt.get("status") == "measured"), key=lambda pt: pt["budget"]
+    )
+    passing = [pt for pt in measured if pt["ok"]]
+    reasons: list[str] = []
+    noise = _contradictions(measured, p)
+    for pt in points:
+        if pt.get("status") not in (None, "measured"):
+            reasons.append(
+                f"Budget {pt['budget']}: {pt['status'].replace('_', ' ')} ({pt.get('error')})."
+            )
+    if passing:
+        # The feasible interval ends below the smallest budget that broke TBT. A larger budget
+        # that passes anyway (usually the engine default) does so because few iterations fill
+        # it: its p99 hides long gaps, so it is reported, not recommended.
+        cliff = min((pt["budget"] for pt in measured if pt["tbt_ok"] is False), default=None)
+        inside = [pt for pt in passing if cliff is None or pt["budget"] < cliff]
+        best = inside[-1] if inside else passing[-1]
+        headline = (
+            f"Recommended: {best['budget']}. {p} TBT {_ms(best['tbt_ms'])} <= {slo_tbt}, "
+            f"{p} TTFT {_ms(best['ttft_ms'])} <= {slo_ttft} at {load}."
+        )
+        above = [pt for pt in measured if pt["budget"] > best["budget"]]
+        if above:
+            reasons.insert(0, f"{above[0]['budget']} {_breaks(above[0], p)}.")
+        elif best["budget"] == max(candidates.budgets, default=best["budget"]):
+            reasons.insert(0, "It is the largest candidate; larger budgets were not tried.")
+        if not inside:
+            reasons.insert(
+                0,
+                f"{cliff} breaks {p} TBT, yet the larger {best['budget']} meets it; no budget "
+                f"measured below {cliff} meets both SLOs.",
+            )
+        fragile = [pt for pt in passing if pt["budget"] > best["budget"]]
+        for pt in fragile:
+            reasons.append(_fragile_pass(pt, best["budget"], cliff, p, default_budget,
+                                         baseline_label))  # fmt: skip
+        if default_budget not in {pt["budget"] for pt in fragile}:
+            reasons.extend(
+                _default_reason(
+                    measured, default_budget, best["budget"], slo_tbt_s, p, baseline_label
+                )
+            )
+        return Recommendation(best["budget"], headline, tuple(reasons + noise), None)
+    tbt_fail = [pt for pt in measured if not pt["tbt_ok"]]
+    ttft_fail = [pt for pt in measured if not pt["ttft_ok"]]
+    if not measured:
+        return Recommendation(
+            None,
+            "No recommendation: no budget could be measured.",
+            tuple(reasons or ["Every engine start failed; see the log tails."]),
+            None,
+        )
+    if tbt_fail and not ttft_fail:
+        binding = "tbt"
+        smallest = measured[0]
+        advice = (
+            f"TBT binds: even {smallest['budget']} gives {p} TBT {_ms(smallest['tbt_ms'])} > "
+            f"{slo_tbt}. A smaller budget pays a full weight read per chunk (ridge "
+            f"{candidates.ridge_tokens:.0f} tokens); lower the rate, loosen the TBT SLO, add GPUs "
+            "(tensor parallel), or separate prefill from decode (disaggregation)."
+        )
+    elif ttft_fail and not tbt_fail:
+        binding = "ttft"
+        largest = measured[-1]
+        advice = (
+            f"TTFT binds: even {largest['budget']} gives {p} TTFT {_ms(largest['ttft_ms'])} > "
+            f"{slo_ttft}. Prompts queue faster than they are prefilled: lower the rate, loosen "
+            "the TTFT SLO, try larger budgets (--budgets), add GPUs, or disaggregate prefill."
+        )
+    else:
+        binding = "both"
+        advice = (
+            f"Both bind: budgets small enough for {p} TBT <= {slo_tbt} miss {p} TTFT <= "
+            f"{slo_ttft}, and larger ones break TBT. The load ({load}) is too "
+            "high for these SLOs on this hardware: lower it, loosen an SLO, add GPUs, or "
+            "disaggregate prefill and decode."
+        )
+    reasons.insert(0, advice)
+    return Recommendation(None, "No budget meets both SLOs at this load.", tuple(reasons), binding)
+
+
+def _fragile_pass(
+    point: dict[str, Any],
+    chosen: int,
+    cliff: int | None,
+    p: str,
+    default_budget: int | None,
+    label: str,
+) -> str:
+    """Why a passing budget above the answer (above a budget that broke TBT) is not chosen."""
+    budget = point["budget"]
+    name = f"{label} ({budget})" if budget == default_budget else str(budget)
+    worst = ((point.get("measured") or {}).get("tbt_ms") or {}).get("max")
+    tail = f", max {_ms(worst)}" if worst is not None else ""
+    return (
+        f"{name} meets both SLOs too ({p} TBT {_ms(point['tbt_ms'])}{tail}), but {cliff} below "
+        f"it breaks {p} TBT: few iterations fill {budget} with this traffic, so its {p} passes "
+        f"while its longest gaps do not; {chosen} is the safer choice."
+    )
+
+
+def _predicted_tbt_ms(point: dict[str, Any]) -> float | None:
+    value = (point.get("predicted") or {}).get("tbt_at_slo_ms")
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _contradictions(measured: Sequence[dict[str, Any]], p: str) -> list[str]:
+    """A warning when measurements break the interval the search assumes (TTFT only falls and
+    TBT only rises with the budget) and the simulator does not predict it: the engine or the
+    machine was noisy during the run. A TBT order the simulator predicts too comes from the
+    traffic and is explained by :func:`_fragile_pass` instead."""
+    by_budget = {pt["budget"]: pt for pt in measured}
+    notes = []
+    for slo, key in (("TTFT", "ttft_ok"), ("TBT", "tbt_ok")):
+        bad = [pt["budget"] for pt in measured if pt[key] is False]
+        good = [pt["budget"] for pt in measured if pt[key]]
+        if slo == "TTFT":
+            clash = [(g, b) for b in bad for g in good if g < b]  # a smaller budget met TTFT
+        else:
+            clash = [(b, g) for b in bad for g in good if b < g]  # a larger budget met TBT
+            clash = [
+                (b, g)
+                for b, g in clash
+                if (low_ms := _predicted_tbt_ms(by_budget[b])) is None
+                or (high_ms := _predicted_tbt_ms(by_budget[g])) is None
+                or low_ms <= high_ms
+            ]
+        if clash:
+            low, high = clash[0]
+            notes.append(
+                f"Note: {p} {slo} does not move monotonically here ({low} and {high} disagree "
+                "with the budget order), which points to noise in the engine or on the machine "
+                "during the run; re-run with more requests (--requests) before trusting the edge."
+            )
+    return notes
+
+
+def _breaks(point: dict[str, Any], p: str) -> str:
+    parts = []
+    if not point["tbt_ok"]:
+        parts.append(f"{p} TBT ({_ms(point['tbt_ms'])})")
+    if not point["ttft_ok"]:
+        parts.append(f"{p} TTFT ({_ms(point['ttft_ms'])})")
+    return "breaks " + " and ".join(parts) if parts else "meets both"
+
+
+def _default_reason(
+    measured: Sequence[dict[str, Any]],
+    default_budget: int | None,
+    chosen: int,
+    slo_tbt_s: float,
+    p: str,
+    label: str,
+) -> list[str]:
+    if default_budget is None or default_budget == chosen:
+        return [] if default_budget is None else [f"{label} is that budget."]
+    found = [pt for pt in measured if pt["budget"] == default_budget]
+    if not found:
+        return []
+    point = found[0]
+    if point["ok"]:
+        return [f"{label} ({default_budget}) also meets both SLOs."]
+    detail = _breaks(point, p)
+    if not point["tbt_ok"] and point["tbt_ms"]:
+        detail += f", {point['tbt_ms'] / (slo_tbt_s * 1e3):.1f}x the TBT SLO"
+    return [f"{label} ({default_budget}) {detail}."]

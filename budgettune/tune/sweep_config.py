@@ -1,0 +1,48 @@
+"""What one sweep is asked and how it runs, validated by the caller: SLOs, engine, traffic,
+step-time model, candidates, the run folder."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from budgettune.engines.base import LaunchSpec
+from budgettune.loadgen.runner import RunOptions
+from budgettune.model.stepmodel import StepModel
+from budgettune.sim.scheduler import SchedulerConfig
+
+
+@dataclass(frozen=True, slots=True)
+class SweepConfig:
+    """Everything one sweep needs, validated by the caller."""
+
+    slo_tbt_s: float
+    slo_ttft_s: float
+    percentile: float  # e.g. 99.0
+    engine: str
+    base_spec: LaunchSpec
+    run: RunOptions
+    step_model: StepModel
+    model_source: str  # where the step-time model came from, for the report
+    scheduler: SchedulerConfig  # the prediction's scheduler (budget replaced per candidate)
+    traffic: str
+    rate_per_s: float  # the schedule's realised rate
+    run_dir: Path
+    budgets: tuple[int, ...] | None = None  # None: derive candidates from the model
+    align_tokens: int = 256
+    default_budget: int | None = None  # the "what you run today" line (engine default or given)
+    baseline_label: str = "Your engine default"
+    goodput: bool = False
+    exhaustive: bool = False  # verify every candidate in full (the grid peers run), no search
+    resume: bool = False
+    settings: dict[str, Any] = field(default_factory=dict)
+    command: tuple[str, ...] = ()
+    hardware: dict[str, Any] | None = None
+    served_model: str | None = None  # the model path/name for the written engine configs
+    asked_rate_per_s: float | None = None  # --rate (the realised rate of a short schedule differs)
+    requests: int | None = None  # requests in the schedule
+
+    @property
+    def quantile(self) -> float:
+        return self.percentile / 100.0

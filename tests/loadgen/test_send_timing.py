@@ -1,0 +1,102 @@
+"""Requests are prepared ahead of their time and held at the socket: a raw TCP server on loopback
+sees each connection opened early but no request byte before the request's target time."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from budgettune.engines.embedded.http11 import END_CHUNK, chunk, response_head
+from budgettune.loadgen.runner import RunOptions, RunOutcome, Target, run_schedule
+from budgettune.trace.schedule import Schedule
+
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Transfer-Encoding": "chunked"}
+STREAM_HEAD = response_head(200, SSE_HEADERS)
+
+
+@dataclass
+class Seen:
+    accepted_ns: list[int] = field(default_factory=list)
+    first_byte_ns: list[int] = field(default_factory=list)  # per request, when its bytes came
+
+
+class _Server(asyncio.Protocol):
+    """Stamps accepts and each request's first bytes; answers one token and [DONE]."""
+
+    def __init__(self, seen: Seen) -> None:
+        self.seen = seen
+        self.buffer = b""
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.seen.accepted_ns.append(time.monotonic_ns())
+
+    def data_received(self, data: bytes) -> None:
+        if not self.buffer:
+            self.seen.first_byte_ns.append(time.monotonic_ns())
+        self.buffer += data
+        head, sep, body = self.buffer.partition(b"\r\n\r\n")
+        if not sep:
+            return
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        if len(body) < length:
+            return
+        self.buffer = body[length:]
+        event = {"choices": [{"index": 0, "text": "a"}], "usage": {"completion_tokens": 1}}
+        assert self.transport is not None
+        self.transport.write(
+            STREAM_HEAD
+            + chunk(b"data: " + json.dumps(event).encode() + b"\n\n")
+            + chunk(b"data: [DONE]\n\n")
+            + END_CHUNK
+        )
+
+
+def test_connection_opens_early_and_no_byte_leaves_before_its_time() -> None:
+    targets = [0.0, 0.05, 0.1, 0.1004, 0.2]  # two due 0.4 ms apart: both held, then both sent
+    schedule = Schedule(
+        target_s=np.array(targets),
+        prompt_tokens=np.full(len(targets), 8, dtype=np.int64),
+        output_tokens=np.ones(len(targets), dtype=np.int64),
+    )
+    seen = Seen()
+
+    async def scenario() -> RunOutcome:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: _Server(seen), "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            options = RunOptions(scrape_metrics=False)
+            return await run_schedule(schedule, Target(f"http://127.0.0.1:{port}", "m"), options)
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    outcome = asyncio.run(scenario())
+    records = [live.record for live in outcome.records]
+    assert all(r.ok for r in records), [r.error for r in records]
+    assert len(seen.first_byte_ns) == len(targets)
+    # The client stamps each write: never before its target.
+    for record in records:
+        assert record.sent_s >= record.target_s
+    # The run's time 0 on the server's clock (the same monotonic clock, one process), from the
+    # first request's bytes: they arrived a few microseconds after the write the client stamped.
+    start_ns = seen.first_byte_ns[0] - records[0].sent_s * 1e9
+    for record, came_ns in zip(records, seen.first_byte_ns, strict=True):
+        assert came_ns >= start_ns + record.target_s * 1e9 - 1e5  # 0.1 ms for the estimate
+    # The first connection was opened over a millisecond before its request was due: the setup
+    # (connection, httpx) was done ahead, only the write waited for the time.
+    assert seen.accepted_ns[0] < start_ns + records[0].target_s * 1e9 - 1e6
+    check = outcome.selfcheck()
+    assert check["sent"] == len(targets)
+    assert check["timer_lateness_ms"]["max"] is not None

@@ -1,0 +1,124 @@
+"""The probe grid and the probe loop: progress counts, one knee refinement, partial runs kept,
+the probe timeout measured on an injected clock. The timer here is a real iteration-time source,
+the roofline model itself (what the sim engine serves), not a mock."""
+
+from __future__ import annotations
+
+from budgettune.core.errors import EngineError
+from budgettune.core.hardware import resolve_gpu, resolve_model
+from budgettune.model.profile import EngineInfo, Hardware, Probe
+from budgettune.model.stepmodel import StepModel
+from budgettune.profiling.plan import (
+    PREFILL_GRID,
+    ProbeSpec,
+    ProfilePlan,
+    make_plan,
+    refine_sizes,
+    run_probes,
+)
+
+MODEL = StepModel.from_hardware(resolve_model("llama-3.1-8b"), resolve_gpu("h100-sxm"))
+
+
+class ModelTimer:
+    """Times probes with the step-time model; fails at ``fail_at`` (a probe index) if set."""
+
+    engine = EngineInfo("model")
+    hardware = Hardware("preset", "h100-sxm", preset="h100-sxm")
+    request_overhead_series: tuple[str, ...] = ()
+
+    def __init__(self, fail_at: int | None = None, slowdown: float = 1.0) -> None:
+        self.fail_at = fail_at
+        self.slowdown = slowdown
+        self.now_s = 0.0  # a virtual clock: timing a probe advances it by the probe's time
+        self.timed: list[ProbeSpec] = []
+        self.warmed: list[str] = []
+
+    def warm_up(self, spec: ProbeSpec) -> None:
+        self.warmed.append(spec.series)
+
+    def time_probe(self, spec: ProbeSpec, repeats: int) -> Probe:
+        if self.fail_at is not None and len(self.timed) == self.fail_at:
+            raise EngineError("the engine exited (status -9)")
+        self.timed.append(spec)
+        chunks = [(spec.prompt_tokens, 0)] if spec.prompt_tokens else []
+        seconds = MODEL.iteration_time_s(chunks, [spec.context_tokens] * spec.batch)
+        self.now_s += seconds * repeats * self.slowdown
+        return Probe(
+            spec.series, spec.prompt_tokens, spec.batch, spec.context_tokens,
+            (seconds,) * repeats, spec.tag,
+        )  # fmt: skip
+
+
+def test_grid_respects_the_limits() -> None:
+    plan = make_plan(max_tokens=3000, max_batch=48, contexts=(256, 1024, 4096), repeats=2)
+    prefill = [p.prompt_tokens for p in plan.series("prefill") if p.tag == ""]
+    assert prefill == sorted({p for p in PREFILL_GRID if p <= 3000} | {3000})
+    assert [p.prompt_tokens for p in plan.series("prefill") if p.tag == "tile"] == [257, 513]
+    # Each tile probe is measured right after its round neighbour, under the same load.
+    order = [(p.prompt_tokens, p.tag) for p in plan.series("prefill")]
+    for tile in (257, 513):
+        at = order.index((tile, "tile"))
+        assert order[at - 1] == (tile - 1, "")
+    assert (257, "tile") not in [
+        (p.prompt_tokens, p.tag) for p in make_plan(max_tokens=256, max_batch=4).probes
+    ]
+    decode = plan.series("decode")
+    assert {p.batch for p in decode} == {1, 2, 4, 8, 16, 32, 48}
+    assert {p.context_tokens for p in decode} == {256, 1024, 3000}  # 4096 capped at max tokens
+    assert {(p.prompt_tokens, p.batch) for p in plan.series("mixed")} == {
+        (256, 8), (256, 48), (1024, 8), (1024, 48), (3000, 8), (3000, 48),
+    }  # fmt: skip
+    small = make_plan(max_tokens=3000, max_batch=48, repeats=2, kv_token_budget=20_000)
+    assert all(p.batch * p.context_tokens <= 20_000 for p in small.probes if p.batch)
+    # The order the loop measures in: every prefill, then decode, then mixed.
+    series = [p.series for p in plan.probes]
+    assert series == sorted(series, key=["prefill", "decode", "mixed"].index)
+
+
+def test_refine_sizes_around_a_knee() -> None:
+    # 200 x (0.7, 0.85, 1.15, 1.3) = 140, 170, 230, 260 -> multiples of 16: 144, 176, 224, 256
+    assert refine_sizes(200.0, [128, 160, 192, 224, 256], 8192) == [144, 176]
+    assert refine_sizes(200.0, [144, 176], 8192) == [224, 256]
+    assert refine_sizes(8000.0, [], 8192) == [5600, 6800]  # none beyond --max-tokens
+
+
+def test_loop_counts_warms_up_and_refines_once() -> None:
+    plan = make_plan(max_tokens=2048, max_batch=16, contexts=(128, 512), repeats=3)
+    timer = ModelTimer()
+    seen: list[tuple[str, int, int]] = []
+    run = run_probes(
+        ProfilePlan(plan.probes, 3),
+        timer,
+        progress=lambda s, done, planned: seen.append((s, done, planned)),
+        knee_finder=lambda probes: 300.0,
+        max_tokens=2048,
+    )
+    assert run.error is None
+    refined = [p.prompt_tokens for p in run.probes if p.tag == "refine"]
+    assert refined == refine_sizes(300.0, [p.prompt_tokens for p in plan.probes], 2048)
+    assert len(run.probes) == len(plan.probes) + len(refined)
+    assert timer.warmed == ["prefill", "decode", "mixed"]  # once before each series
+    dones = [done for _, done, _ in seen]
+    assert dones == sorted(dones) and seen[-1][1] == seen[-1][2] == len(run.probes)
+    assert all(done <= planned for _, done, planned in seen[-len(plan.series("mixed")) :])
+    assert all(len(p.times_s) == 3 for p in run.probes)
+
+
+def test_a_failing_probe_keeps_what_was_measured() -> None:
+    plan = make_plan(max_tokens=1024, max_batch=8, repeats=1)
+    run = run_probes(plan, ModelTimer(fail_at=5))
+    assert run.error == "the engine exited (status -9)"
+    assert [p.prompt_tokens for p in run.probes] == [32, 48, 64, 96, 128]
+
+
+def test_probe_timeout_on_an_injected_clock() -> None:
+    """On a virtual clock where each probe takes 1000x its modeled time, a prefill of 2048
+    tokens (~56 s) passes a 60 s limit and the next size, 2560 (~73 s), stops the loop, is kept
+    and is named."""
+    plan = make_plan(max_tokens=4096, max_batch=8, repeats=1)
+    timer = ModelTimer(slowdown=1000.0)
+    run = run_probes(plan, timer, probe_timeout_s=60.0, clock=lambda: timer.now_s)
+    assert run.error == "probe prefill (prompt 2560) took 72.7 s, over --probe-timeout 60 s"
+    assert [p.prompt_tokens for p in run.probes][-2:] == [2048, 2560]
+    assert run.elapsed_s == timer.now_s

@@ -1,0 +1,65 @@
+"""`sweep --resume DIR`: options read back from the run folder, and those given again checked
+against them (the same question written differently passes; a different one is refused)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from budgettune.artifacts.sweep_options import read_saved_options, restore_options, saved_options
+from budgettune.core.errors import UserError
+
+FLAGS = {"slo_tbt": "--slo-tbt", "trace": "--trace", "budgets": "--budgets", "env": "--env"}
+
+
+def saved_folder(tmp_path: Path, options: dict) -> Path:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "sweep.json").write_text(json.dumps({"options": saved_options(options)}))
+    return run_dir
+
+
+def test_options_not_given_come_from_the_folder(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    original = {"slo_tbt": "46ms", "trace": trace, "budgets": "512,1024", "env": ["A=1"],
+                "output": tmp_path / "run", "resume": None, "as_json": False}  # fmt: skip
+    run_dir = saved_folder(tmp_path, original)
+    saved = read_saved_options(run_dir)
+    assert saved is not None and "output" not in saved and saved["trace"] == str(trace)
+    now = {"slo_tbt": None, "trace": None, "budgets": None, "env": ["B=2"], "output": None,
+           "resume": run_dir, "as_json": True}  # fmt: skip
+    restored = restore_options(run_dir, saved, now, {"env", "resume", "as_json"}, FLAGS)
+    # --env may change on resume (how to run, not what to ask); the question comes back
+    assert restored == {**now, "slo_tbt": "46ms", "trace": trace, "budgets": "512,1024"}
+    assert isinstance(restored["trace"], Path)
+
+
+def test_the_same_question_written_differently_passes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    saved = {"slo_tbt": "46ms", "trace": str(tmp_path / "t.jsonl"), "budgets": "512,1024"}
+    given = {"slo_tbt": "0.046s", "trace": Path("t.jsonl"), "budgets": "512, 1024"}
+    assert restore_options(tmp_path, saved, given, set(given), FLAGS) == given
+
+
+def test_a_different_question_is_refused_naming_each_option(tmp_path: Path) -> None:
+    saved = {"slo_tbt": "46ms", "budgets": "512,1024", "env": ["A=1"]}
+    given = {"slo_tbt": "50ms", "budgets": None, "env": ["B=2"]}
+    with pytest.raises(UserError) as caught:
+        restore_options(tmp_path, saved, given, set(given), FLAGS)
+    assert str(caught.value) == (
+        f"--resume: {tmp_path} was a sweep with --budgets 512,1024, --slo-tbt 46ms; this "
+        "command gives --budgets (unset), --slo-tbt 50ms"
+    )
+
+
+def test_missing_folder_and_old_sweeps(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="does not exist"):
+        read_saved_options(tmp_path / "nope")
+    with pytest.raises(UserError, match=r"holds no sweep \(sweep.json is missing\)"):
+        read_saved_options(tmp_path)
+    (tmp_path / "sweep.json").write_text(json.dumps({"slo_tbt_s": 0.05}))
+    assert read_saved_options(tmp_path) is None  # saved before options were
