@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import typer
-from typer.core import TyperGroup, _click
+from typer.core import TyperCommand, TyperGroup, _click
 
 from budgettune import __version__
 from budgettune.cli._common import console_err, print_error
@@ -59,11 +59,26 @@ class _Group(TyperGroup):
         try:
             return super().invoke(ctx)
         except BudgettuneError as error:
-            print_error(error)
+            print_error(error, getattr(error, "flag", None))
             raise typer.Exit(error.exit_code) from None
         except KeyboardInterrupt:
             console_err.print("[yellow]interrupted[/yellow]")
             raise typer.Exit(130) from None
+
+
+class Command(TyperCommand):
+    """A budgettune command: an error about a field this command has an option for names the
+    option as typed (``max_num_seqs`` -> ``--max-num-seqs``). Domain code knows fields, not
+    flags; this is the one place that maps one to the other."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BudgettuneError as error:
+            flags = {param.name: max(param.opts, key=len) for param in self.params if param.opts}
+            if error.field in flags:
+                error.flag = flags[error.field]  # type: ignore[attr-defined]
+            raise
 
 
 def usage_error_line(error: Any, argv: Sequence[str]) -> str:

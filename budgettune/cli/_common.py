@@ -15,10 +15,14 @@ console = Console()
 console_err = Console(stderr=True)
 
 
-def print_error(error: BudgettuneError) -> None:
-    """One line ``error: ...`` (plus hint and, for engines, the log tail) on stderr."""
+def print_error(error: BudgettuneError, flag: str | None = None) -> None:
+    """One line ``error: ...`` (plus hint and, for engines, the log tail) on stderr; the error's
+    field is shown as ``flag`` (the option the user typed) when the command has one for it."""
     console_err.print(
-        f"[bold red]error:[/bold red] {error}", markup=True, highlight=False, soft_wrap=True
+        f"[bold red]error:[/bold red] {error.shown_as(flag or error.field)}",
+        markup=True,
+        highlight=False,
+        soft_wrap=True,
     )
     if error.hint:
         console_err.print(f"  hint: {error.hint}", highlight=False, soft_wrap=True)

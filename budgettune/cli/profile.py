@@ -26,15 +26,15 @@ from budgettune.app.profile import (
     run_profile,
     validate,
 )
+from budgettune.cli import Command, app
 from budgettune.cli import _engine_options as eo
-from budgettune.cli import app
 from budgettune.cli._common import console, console_err, print_json, with_profiles_option
 from budgettune.core.units import format_ms, parse_duration_s, parse_int_list, parse_tokens
 from budgettune.model.profile import Profile, load_profile, profile_to_json
 from budgettune.model.stepmodel import DEFAULT_BANDWIDTH_EFFICIENCY, DEFAULT_COMPUTE_EFFICIENCY
 
 
-@app.command()
+@app.command(cls=Command)
 def profile(
     model: str = typer.Option(
         ...,

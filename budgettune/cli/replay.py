@@ -25,9 +25,9 @@ from rich.progress import (
 from rich.table import Table
 
 from budgettune.app.simulate import file_sha256, parse_budgets
+from budgettune.cli import Command, app
 from budgettune.cli import _engine_options as eo
 from budgettune.cli import _trace_options as to
-from budgettune.cli import app
 from budgettune.cli._common import console, console_err, print_json, print_warning
 from budgettune.core.errors import SpecError
 from budgettune.core.hardware import resolve_gpu, resolve_model
@@ -47,7 +47,7 @@ RUN_PANEL = "Load generator"
 SLO_PANEL = "SLOs (optional: a verdict on the console and in report.html)"
 
 
-@app.command()
+@app.command(cls=Command)
 def replay(
     engine: str = typer.Option(
         "auto", "--engine", help=f"Engine to launch: auto (vLLM when installed and a GPU is "

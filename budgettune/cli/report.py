@@ -7,13 +7,13 @@ from pathlib import Path
 
 import typer
 
-from budgettune.cli import app
+from budgettune.cli import Command, app
 from budgettune.cli._common import console, with_profiles_option
 from budgettune.core.errors import SpecError
 from budgettune.core.units import parse_duration_s
 
 
-@app.command()
+@app.command(cls=Command)
 def report(
     source: Path = typer.Argument(
         ...,

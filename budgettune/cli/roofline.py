@@ -6,14 +6,14 @@ import typer
 from rich.table import Table
 
 from budgettune.app.roofline import chunking_report, iteration_report, parse_prefill_chunk
+from budgettune.cli import Command, app
 from budgettune.cli import _model_options as mo
-from budgettune.cli import app
 from budgettune.cli._common import console, print_json
 from budgettune.core.errors import SpecError
 from budgettune.core.units import parse_int_list
 
 
-@app.command()
+@app.command(cls=Command)
 def roofline(
     model: str = mo.MODEL,
     gpu: str = mo.GPU_NAME,

@@ -9,8 +9,8 @@ from pathlib import Path
 import typer
 
 from budgettune.app.simulate import parse_budgets
+from budgettune.cli import Command, app
 from budgettune.cli import _model_options as mo
-from budgettune.cli import app
 from budgettune.cli._common import console, console_err
 from budgettune.core.errors import SpecError, UserError
 from budgettune.core.hardware import resolve_gpu
@@ -22,7 +22,7 @@ from budgettune.sim.kvcache import DEFAULT_BLOCK_SIZE, DEFAULT_GPU_MEMORY_UTILIZ
 SERVABLE = ("sim",)
 
 
-@app.command()
+@app.command(cls=Command)
 def serve(
     engine: str = typer.Option("sim", "--engine", help="Engine to serve: sim (built in)."),
     budget: str | None = typer.Option(

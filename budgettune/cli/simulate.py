@@ -21,9 +21,9 @@ from budgettune.app.simulate import (
     parse_budgets,
     run_simulate,
 )
+from budgettune.cli import Command, app
 from budgettune.cli import _model_options as mo
 from budgettune.cli import _trace_options as to
-from budgettune.cli import app
 from budgettune.cli._common import console, console_err, print_json, print_warning
 from budgettune.core.errors import SpecError
 from budgettune.core.slo import SLO
@@ -60,7 +60,7 @@ _HELP = (
 )
 
 
-@app.command(help=_HELP)
+@app.command(cls=Command, help=_HELP)
 def simulate(
     model: str = mo.MODEL,
     gpu: str = mo.GPU_NAME,

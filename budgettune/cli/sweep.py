@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 import typer
 from typer.core import _click
 
+from budgettune.cli import Command, app
 from budgettune.cli import _engine_options as eo
 from budgettune.cli import _model_options as mo
 from budgettune.cli import _trace_options as to
-from budgettune.cli import app
 from budgettune.cli._common import console_err, print_json, print_warning
 from budgettune.cli._sweep_display import print_result, profile_with_progress, run_with_progress
 from budgettune.core.errors import SpecError
@@ -42,7 +42,7 @@ ANALYTIC = "analytic"  # --profile analytic: the presets' roofline, no profile s
 ParameterSource = _click.core.ParameterSource
 
 
-@app.command()
+@app.command(cls=Command)
 def sweep(
     ctx: typer.Context,
     slo_tbt: str | None = typer.Option(

@@ -7,11 +7,11 @@ from pathlib import Path
 import typer
 
 from budgettune.app.tiny_model import TinyModelSpec, build_tiny_model
-from budgettune.cli import app
+from budgettune.cli import Command, app
 from budgettune.cli._common import console, print_json
 
 
-@app.command("tiny-model")
+@app.command("tiny-model", cls=Command)
 def tiny_model(
     out_dir: Path = typer.Argument(..., metavar="DIR", help="Folder to write the model into."),
     seed: int = typer.Option(0, "--seed", help="Seed of the weights and the tokenizer corpus."),

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from budgettune.app.trace import inspect_trace, synth_trace
-from budgettune.cli import app
+from budgettune.cli import Command, app
 from budgettune.cli._common import console, console_err, print_json, print_warning
 from budgettune.cli._trace_options import (
     BURSTINESS,
@@ -39,7 +39,7 @@ trace_app = typer.Typer(
 app.add_typer(trace_app, name="trace")
 
 
-@trace_app.command("synth")
+@trace_app.command("synth", cls=Command)
 def synth(
     output: Path = typer.Option(
         ..., "-o", "--output", help="File to write (budgettune JSON Lines); - for stdout."
@@ -88,7 +88,7 @@ def synth(
         )
 
 
-@trace_app.command("inspect")
+@trace_app.command("inspect", cls=Command)
 def inspect(
     file: Path = typer.Argument(..., help="Trace file (format detected from content)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document, no tables."),
