@@ -30,7 +30,7 @@ def test_bare_number_uses_default_unit() -> None:
 @pytest.mark.parametrize("text", ["50mss", "fast", "-5ms", "0s", ""])
 def test_bad_durations_name_option_and_value(text: str) -> None:
     with pytest.raises(SpecError) as info:
-        parse_duration_s(text, option="--slo-tbt")
+        parse_duration_s(text, field="--slo-tbt")
     assert "--slo-tbt" in str(info.value) and repr(text) in str(info.value)
 
 
@@ -42,12 +42,12 @@ def test_tokens_and_lists() -> None:
     assert parse_tokens("1M") == 1_048_576 and parse_tokens("1m") == 1_000_000
     assert parse_tokens("25.6k") == 25_600
     with pytest.raises(SpecError, match="no decimals with the binary suffix K"):
-        parse_tokens("1.5K", option="--budgets")
-    assert parse_int_list("128, 256,512", option="--chunk-sizes") == [128, 256, 512]
+        parse_tokens("1.5K", field="--budgets")
+    assert parse_int_list("128, 256,512", field="--chunk-sizes") == [128, 256, 512]
     with pytest.raises(SpecError, match="--chunk-sizes"):
-        parse_int_list("128,abc", option="--chunk-sizes")
+        parse_int_list("128,abc", field="--chunk-sizes")
     with pytest.raises(SpecError, match="positive"):
-        parse_int_list("0", option="--budgets")
+        parse_int_list("0", field="--budgets")
 
 
 def test_format_ms() -> None:

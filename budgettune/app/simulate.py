@@ -50,7 +50,7 @@ def parse_budgets(text: str, *, option: str = "--budgets") -> list[Budget]:
         if part.lower() in _NONE_NAMES:
             budgets.append(None)
             continue
-        value = parse_tokens(part, option=option)
+        value = parse_tokens(part, field=option)
         if value <= 0:
             raise SpecError(f"{option}: a budget must be positive, got {part!r}")
         budgets.append(value)

@@ -86,13 +86,11 @@ def _same(name: str, given: Any, saved: Any) -> bool:
         return given is None and saved is None
     try:
         if name in _DURATIONS:
-            return parse_duration_s(str(given), option=name) == parse_duration_s(
-                str(saved), option=name
+            return parse_duration_s(str(given), field=name) == parse_duration_s(
+                str(saved), field=name
             )
         if name == "budgets":
-            return parse_int_list(str(given), option=name) == parse_int_list(
-                str(saved), option=name
-            )
+            return parse_int_list(str(given), field=name) == parse_int_list(str(saved), field=name)
     except BudgettuneError:
         pass  # a malformed value: compare it as text (and fail later where it is parsed)
     if name in _PATHS and str(given) not in _KEYWORDS and str(saved) not in _KEYWORDS:

@@ -121,7 +121,7 @@ def launch_spec_from_options(
         raise SpecError("--engine-cmd: empty command")
     default_health_s = _SIM_HEALTH_S if engine == "sim" else _REAL_ENGINE_HEALTH_S
     health_s = (
-        parse_duration_s(health_timeout, option="--health-timeout")
+        parse_duration_s(health_timeout, field="--health-timeout")
         if health_timeout
         else default_health_s
     )
@@ -129,7 +129,7 @@ def launch_spec_from_options(
         max_num_seqs=max_num_seqs,
         model=model,
         gpu=gpu if engine == "sim" else None,
-        max_model_len=parse_tokens(max_model_len, option="--max-model-len")
+        max_model_len=parse_tokens(max_model_len, field="--max-model-len")
         if max_model_len
         else None,
         extra_args=tuple(extra),

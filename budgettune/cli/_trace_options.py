@@ -149,7 +149,7 @@ class Traffic:
 
     def at_rate(self, rate_per_s: float) -> Schedule:
         """The schedule at ``rate_per_s`` requests/s, all else (seed, bounds) unchanged."""
-        return self.rebuild(parse_positive_float(rate_per_s, option="--rate"))
+        return self.rebuild(parse_positive_float(rate_per_s, field="--rate"))
 
 
 def traffic_from_options(
@@ -179,11 +179,11 @@ def traffic_from_options(
     Poisson/gamma traffic at ``rate`` from the two length distributions, bounded by
     ``requests``, ``duration`` or else ``default_requests``. Raises UserError subclasses.
     """
-    duration_s = parse_duration_s(duration, option="--duration") if duration else None
+    duration_s = parse_duration_s(duration, field="--duration") if duration else None
     if rate is not None:
-        rate = parse_positive_float(rate, option="--rate")
-    burstiness = parse_positive_float(burstiness, option="--burstiness")
-    time_scale = parse_positive_float(time_scale, option="--time-scale")
+        rate = parse_positive_float(rate, field="--rate")
+    burstiness = parse_positive_float(burstiness, field="--burstiness")
+    time_scale = parse_positive_float(time_scale, field="--time-scale")
     if requests is not None and requests <= 0:
         raise SpecError(f"--requests: must be positive, got {requests}")
     if on_long not in ON_LONG_CHOICES:
@@ -191,7 +191,7 @@ def traffic_from_options(
             f"--on-long: unknown value {on_long!r}; use one of {', '.join(ON_LONG_CHOICES)}"
         )
     max_len = (
-        parse_tokens(str(max_model_len), option="--max-model-len")
+        parse_tokens(str(max_model_len), field="--max-model-len")
         if max_model_len is not None
         else None
     )

@@ -133,16 +133,16 @@ def profile(
         model=model,
         engine=engine.strip().lower(),
         gpu_name=gpu_name,
-        max_tokens=parse_tokens(max_tokens, option="--max-tokens"),
+        max_tokens=parse_tokens(max_tokens, field="--max-tokens"),
         repeats=repeats,
         output=output,
         max_batch=max_batch,
-        contexts=tuple(parse_int_list(contexts, option="--contexts")),
+        contexts=tuple(parse_int_list(contexts, field="--contexts")),
         dtype=dtype,
         device=device,
         threads=threads,
         seed=seed,
-        probe_timeout_s=parse_duration_s(probe_timeout, option="--probe-timeout"),
+        probe_timeout_s=parse_duration_s(probe_timeout, field="--probe-timeout"),
         typical_batch=typical_batch,
         typical_context=typical_context,
         compute_efficiency=compute_efficiency,
@@ -153,7 +153,7 @@ def profile(
         engine_args=tuple(arg for item in engine_arg for arg in shlex.split(item)),
         engine_cmd=tuple(shlex.split(engine_cmd)) if engine_cmd else None,
         engine_env=eo.parse_env(env),
-        health_timeout_s=parse_duration_s(health_timeout, option="--health-timeout")
+        health_timeout_s=parse_duration_s(health_timeout, field="--health-timeout")
         if health_timeout
         else None,
     )

@@ -143,8 +143,8 @@ def replay(
     from budgettune.app.replay import ReplayConfig
     from budgettune.loadgen.runner import MERGED_MODES, RunOptions
 
-    slo_tbt_s = None if slo_tbt is None else parse_duration_s(slo_tbt, option="--slo-tbt")
-    slo_ttft_s = None if slo_ttft is None else parse_duration_s(slo_ttft, option="--slo-ttft")
+    slo_tbt_s = None if slo_tbt is None else parse_duration_s(slo_tbt, field="--slo-tbt")
+    slo_ttft_s = None if slo_ttft is None else parse_duration_s(slo_ttft, field="--slo-ttft")
     slo = _slo(slo_tbt_s, slo_ttft_s, percentile)
     if merged_chunks not in MERGED_MODES:
         raise SpecError(f"--merged-chunks: unknown mode {merged_chunks!r}; use spread or first")
@@ -197,7 +197,7 @@ def replay(
     run = RunOptions(
         merged_chunks=merged_chunks,
         max_error_rate=max_error_rate,
-        request_timeout_s=parse_duration_s(request_timeout, option="--request-timeout"),
+        request_timeout_s=parse_duration_s(request_timeout, field="--request-timeout"),
         seed=seed,
         warmup_requests=warmup,
     )

@@ -56,8 +56,8 @@ def report(
     if not (math.isfinite(percentile) and 0 < percentile <= 100):
         raise SpecError(f"--percentile: must be in (0, 100], got {percentile:g}")
     slo = Slo(
-        tbt_ms=None if slo_tbt is None else parse_duration_s(slo_tbt, option="--slo-tbt") * 1e3,
-        ttft_ms=None if slo_ttft is None else parse_duration_s(slo_ttft, option="--slo-ttft") * 1e3,
+        tbt_ms=None if slo_tbt is None else parse_duration_s(slo_tbt, field="--slo-tbt") * 1e3,
+        ttft_ms=None if slo_ttft is None else parse_duration_s(slo_ttft, field="--slo-ttft") * 1e3,
         percentile=percentile,
     )
     outcome = run_report(source, output=output, slo=slo, compare=compare or ())

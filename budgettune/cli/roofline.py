@@ -73,7 +73,7 @@ def roofline(
         mode=mode,
     )
     if prompt is not None:
-        sizes = parse_int_list(chunk_sizes, option="--chunk-sizes")
+        sizes = parse_int_list(chunk_sizes, field="--chunk-sizes")
         doc = chunking_report(step_model, prompt, sizes, decodes, context)
         if as_json:
             print_json(doc)

@@ -12,10 +12,11 @@ from budgettune.app.simulate import parse_budgets
 from budgettune.cli import Command, app
 from budgettune.cli import _model_options as mo
 from budgettune.cli._common import console, console_err
+from budgettune.core.engine_defaults import default_budget_on
 from budgettune.core.errors import SpecError, UserError
 from budgettune.core.hardware import resolve_gpu
 from budgettune.core.units import parse_tokens
-from budgettune.engines.embedded.server import SimServerConfig, default_budget
+from budgettune.engines.embedded.server import SimServerConfig
 from budgettune.engines.embedded.server import serve as serve_sim
 from budgettune.sim.kvcache import DEFAULT_BLOCK_SIZE, DEFAULT_GPU_MEMORY_UTILIZATION
 
@@ -78,7 +79,7 @@ def serve(
             "(launch vLLM or SGLang with their own commands)"
         )
     if budget is None:
-        budget_tokens: int | None = default_budget(resolve_gpu(gpu))
+        budget_tokens: int | None = default_budget_on("sim", resolve_gpu(gpu)).budget_tokens
     else:
         budgets = parse_budgets(budget, option="--budget")
         if len(budgets) != 1:
@@ -90,7 +91,7 @@ def serve(
         model=model,
         gpu=gpu,
         dtype=dtype,
-        max_model_len=parse_tokens(max_model_len, option="--max-model-len")
+        max_model_len=parse_tokens(max_model_len, field="--max-model-len")
         if max_model_len
         else None,
         gpu_memory_utilization=gpu_memory_utilization,

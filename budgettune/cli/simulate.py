@@ -180,8 +180,8 @@ def simulate(
     budget_list = parse_budgets(budgets)
     # Parsed even without --goodput, so a typo never passes silently.
     targets = SLO(
-        parse_duration_s(slo_tbt, option="--slo-tbt"),
-        parse_duration_s(slo_ttft, option="--slo-ttft"),
+        parse_duration_s(slo_tbt, field="--slo-tbt"),
+        parse_duration_s(slo_ttft, field="--slo-ttft"),
     )
     slo = targets if goodput else None
     if trace is None:  # simulate's own synthetic defaults (issue 2), not the shared ones

@@ -19,6 +19,7 @@ from budgettune.cli import _model_options as mo
 from budgettune.cli import _trace_options as to
 from budgettune.cli._common import console_err, print_json, print_warning
 from budgettune.cli._sweep_display import print_result, profile_with_progress, run_with_progress
+from budgettune.core.engine_defaults import default_budget_on
 from budgettune.core.errors import SpecError
 from budgettune.core.hardware import resolve_gpu
 from budgettune.core.units import parse_duration_s, parse_int_list
@@ -27,7 +28,6 @@ from budgettune.engines.registry import engine_names
 from budgettune.model.stepmodel import StepModel
 from budgettune.sim.kvcache import kv_capacity_blocks
 from budgettune.sim.scheduler import SchedulerConfig
-from budgettune.tune.candidates import sglang_default_budget, vllm_default_budget
 
 if TYPE_CHECKING:  # the sweep and profile pipelines load when the command runs
     from budgettune.app.profile import ProfileConfig
@@ -201,8 +201,8 @@ def _sweep(
             "--slo-tbt: required (the p99 time-between-tokens target, e.g. 50ms)",
             hint=None if resume is None else f"{resume} saved no options; give them again",
         )
-    slo_tbt_s = parse_duration_s(slo_tbt, option="--slo-tbt")
-    slo_ttft_s = parse_duration_s(slo_ttft, option="--slo-ttft")
+    slo_tbt_s = parse_duration_s(slo_tbt, field="--slo-tbt")
+    slo_ttft_s = parse_duration_s(slo_ttft, field="--slo-ttft")
     if not 50 <= percentile < 100:
         raise SpecError(f"--percentile: must be in [50, 100), got {percentile:g}")
     if align <= 0 or align % 16:
@@ -260,7 +260,7 @@ def _sweep(
         health_timeout=health_timeout, url=url,
     )  # fmt: skip
     default_budget = _baseline(baseline, engine_name, gpu_card, detected)
-    candidate_budgets = tuple(parse_int_list(budgets, option="--budgets")) if budgets else None
+    candidate_budgets = tuple(parse_int_list(budgets, field="--budgets")) if budgets else None
     profiling = None
     if measure_first:
         assert model is not None  # checked above for vllm and sglang
@@ -317,7 +317,7 @@ def _sweep(
         base_spec=spec,
         run=RunOptions(
             max_error_rate=max_error_rate,
-            request_timeout_s=parse_duration_s(request_timeout, option="--request-timeout"),
+            request_timeout_s=parse_duration_s(request_timeout, field="--request-timeout"),
             seed=seed,
             warmup_requests=warmup,
         ),
@@ -365,9 +365,7 @@ def _baseline(text: str, engine: str, gpu_card: Any, detected: DetectedGPU | Non
             return None  # a running server's budget is whatever it was started with
         if detected is not None:
             return detected.default_budget(engine)[0]
-        if engine == "sglang":
-            return sglang_default_budget(gpu_card)
-        return vllm_default_budget(gpu_card)
+        return default_budget_on(engine, gpu_card).budget_tokens
     try:
         value = int(choice)
     except ValueError:

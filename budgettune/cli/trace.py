@@ -68,14 +68,14 @@ def synth(
         output,
         prompt_dist=parse_length_dist(prompt_dist, option="--prompt-dist"),
         output_dist=parse_length_dist(output_dist, option="--output-dist"),
-        rate_per_s=parse_positive_float(rate, option="--rate"),
+        rate_per_s=parse_positive_float(rate, field="--rate"),
         requests=requests,
-        duration_s=parse_duration_s(duration, option="--duration") if duration else None,
+        duration_s=parse_duration_s(duration, field="--duration") if duration else None,
         seed=seed,
         arrivals=arrivals.strip().lower(),
-        burstiness=parse_positive_float(burstiness, option="--burstiness"),
+        burstiness=parse_positive_float(burstiness, field="--burstiness"),
         prefix_groups=prefix_groups,
-        prefix_tokens=parse_tokens(prefix_tokens, option="--prefix-tokens"),
+        prefix_tokens=parse_tokens(prefix_tokens, field="--prefix-tokens"),
     )
     if str(output) != "-":
         console_err.print(
@@ -104,7 +104,7 @@ def inspect(
         format=format,
         columns=columns,
         max_model_len=(
-            parse_tokens(max_model_len, option="--max-model-len") if max_model_len else None
+            parse_tokens(max_model_len, field="--max-model-len") if max_model_len else None
         ),
         on_long=on_long,
         strict=strict,

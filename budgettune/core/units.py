@@ -1,6 +1,6 @@
 """Parsing and formatting of human units: durations ("50ms", "1s"), token counts ("2k"), lists.
 
-Every parser raises :class:`~budgettune.core.errors.SpecError` naming the option and the bad value.
+Every parser raises :class:`~budgettune.core.errors.SpecError` naming the field and the bad value.
 """
 
 from __future__ import annotations
@@ -22,18 +22,16 @@ _DURATION_SCALE_S = {
 }
 
 
-def parse_duration_s(text: str, *, option: str = "duration", default_unit: str = "s") -> float:
+def parse_duration_s(text: str, *, field: str = "duration", default_unit: str = "s") -> float:
     """Parse "50ms", "1s", "1.5", "2m" into seconds. A bare number is in ``default_unit``."""
     match = _DURATION_RE.match(str(text))
     if not match:
-        raise SpecError(
-            f"{option}: cannot read {text!r} as a duration; write e.g. 50ms, 1s, 2m",
-        )
+        raise SpecError(f"cannot read {text!r} as a duration; write e.g. 50ms, 1s, 2m", field=field)
     value = float(match.group(1))
     unit = match.group(2) or default_unit
     seconds = value * _DURATION_SCALE_S[unit]
     if not math.isfinite(seconds) or seconds <= 0:
-        raise SpecError(f"{option}: duration must be positive, got {text!r}")
+        raise SpecError(f"duration must be positive, got {text!r}", field=field)
     return seconds
 
 
@@ -42,39 +40,40 @@ _DECIMAL_SCALE = {"": 1, "k": 1000, "m": 1_000_000}
 _BINARY_SCALE = {"K": 1024, "M": 1024 * 1024}
 
 
-def parse_tokens(text: str, *, option: str = "tokens") -> int:
+def parse_tokens(text: str, *, field: str = "tokens") -> int:
     """Parse "512", "8k", "8K" into a whole number of tokens, as vLLM reads its own flags
     (``human_readable_int``): lower case is decimal ("8k" is 8000, "1m" a million), upper case
     binary ("8K" is 8192, "1M" is 1,048,576), so ``--budgets 8K`` means the budget vLLM's
     ``--max-num-batched-tokens 8K`` would."""
     match = _TOKENS_RE.match(str(text))
     if not match:
-        raise SpecError(f"{option}: cannot read {text!r} as a token count; write e.g. 512 or 8K")
+        raise SpecError(f"cannot read {text!r} as a token count; write e.g. 512 or 8K", field=field)
     number, suffix = match.groups()
     if suffix in _BINARY_SCALE and "." in number:
         raise SpecError(
-            f"{option}: {text!r}: no decimals with the binary suffix {suffix} "
-            f"(did you mean {number}{suffix.lower()}?)"
+            f"{text!r}: no decimals with the binary suffix {suffix} "
+            f"(did you mean {number}{suffix.lower()}?)",
+            field=field,
         )
     scale = _BINARY_SCALE.get(suffix) or _DECIMAL_SCALE[suffix]
     value = float(number) * scale
     if value != int(value):
-        raise SpecError(f"{option}: {text!r} is not a whole number of tokens")
+        raise SpecError(f"{text!r} is not a whole number of tokens", field=field)
     return int(value)
 
 
-def parse_positive_float(text: str | float, *, option: str) -> float:
-    """Parse a strictly positive finite number, naming ``option`` in the error."""
+def parse_positive_float(text: str | float, *, field: str) -> float:
+    """Parse a strictly positive finite number, naming ``field`` in the error."""
     try:
         value = float(text)
     except (TypeError, ValueError):
-        raise SpecError(f"{option}: expected a number, got {text!r}") from None
+        raise SpecError(f"expected a number, got {text!r}", field=field) from None
     if not math.isfinite(value) or value <= 0:
-        raise SpecError(f"{option}: must be a positive number, got {text!r}")
+        raise SpecError(f"must be a positive number, got {text!r}", field=field)
     return value
 
 
-def parse_int_list(text: str, *, option: str) -> list[int]:
+def parse_int_list(text: str, *, field: str) -> list[int]:
     """Parse "128,256,512" into ints (each positive)."""
     out: list[int] = []
     for part in str(text).split(","):
@@ -84,12 +83,12 @@ def parse_int_list(text: str, *, option: str) -> list[int]:
         try:
             value = int(part)
         except ValueError:
-            raise SpecError(f"{option}: {part!r} is not a whole number (in {text!r})") from None
+            raise SpecError(f"{part!r} is not a whole number (in {text!r})", field=field) from None
         if value <= 0:
-            raise SpecError(f"{option}: values must be positive, got {value} (in {text!r})")
+            raise SpecError(f"values must be positive, got {value} (in {text!r})", field=field)
         out.append(value)
     if not out:
-        raise SpecError(f"{option}: empty list {text!r}")
+        raise SpecError(f"empty list {text!r}", field=field)
     return out
 
 
@@ -103,3 +102,16 @@ def format_ms(seconds: float) -> str:
     if ms >= 100:
         return f"{ms:.0f} ms"
     return f"{ms:.1f} ms"
+
+
+def finite_or_none(value: float | None, *, digits: int | None = None) -> float | None:
+    """``value`` (rounded to ``digits`` when given) when it is a finite number, else None: JSON
+    holds no inf or nan, and a missing figure reads as null in every document budgettune writes."""
+    if value is None or not math.isfinite(value):
+        return None
+    return round(float(value), digits) if digits is not None else float(value)
+
+
+def ms_or_none(seconds: float | None) -> float | None:
+    """Seconds to milliseconds for a document, None when not finite (see :func:`finite_or_none`)."""
+    return None if seconds is None else finite_or_none(seconds * 1e3)

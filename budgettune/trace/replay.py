@@ -53,8 +53,8 @@ def parse_window(text: str) -> tuple[float, float]:
         )
     start = 0.0
     if start_text.strip() and _float_or_none(start_text) != 0.0:
-        start = parse_duration_s(start_text, option="--window start")
-    end = parse_duration_s(end_text, option="--window end") if end_text.strip() else float("inf")
+        start = parse_duration_s(start_text, field="--window start")
+    end = parse_duration_s(end_text, field="--window end") if end_text.strip() else float("inf")
     if not end > start:
         raise SpecError(f"--window: end must come after start, got {text!r}")
     return start, end

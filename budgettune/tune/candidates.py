@@ -1,4 +1,4 @@
-"""Budget candidates between the ridge floor and the TBT ceiling, and engines' default budgets.
+"""Budget candidates between the ridge floor and the TBT ceiling.
 
 Floor: a budget whose prefill share (budget minus the decodes beside it) stays above the ridge
 P*, else every chunk pays a full weight read for too little work. Ceiling: the largest budget
@@ -10,10 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from budgettune.core.hardware import GPU
 from budgettune.model.stepmodel import StepModel
-
-_GIB = 1024**3
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,39 +69,3 @@ def budget_candidates(
         decode_batch=decode_batch,
         ridge_tokens=model.ridge_tokens,
     )
-
-
-VLLM_DEFAULT_RULE = "vLLM: 8192 on GPUs of at least 70 GiB other than A100, else 2048"
-SGLANG_DEFAULT_RULE = "SGLang: 2048 under 35 GB of GPU memory, 8192 under 160 GB, else 16384"
-
-
-def vllm_default_for(name: str | None, memory_bytes: float | None) -> int:
-    """vLLM's API-server default for a GPU by name (a preset or nvidia-smi's "NVIDIA A100-SXM4-
-    80GB") and memory: 8192 on GPUs with at least 70 GiB other than A100, else (or without a
-    GPU) 2048."""
-    if name is None or memory_bytes is None:
-        return 2048
-    return 8192 if memory_bytes >= 70 * _GIB and "a100" not in name.lower() else 2048
-
-
-def sglang_default_for(memory_bytes: float | None) -> int:
-    """SGLang's default by GPU memory: 2048 under 35 GB (or without a GPU), 8192 under 160 GB,
-    16384 above."""
-    if memory_bytes is None:
-        return 2048
-    memory_gb = memory_bytes / 1e9
-    if memory_gb < 35:
-        return 2048
-    return 8192 if memory_gb < 160 else 16384
-
-
-def vllm_default_budget(gpu: GPU | None) -> int:
-    """vLLM's default for a GPU preset (see :func:`vllm_default_for`)."""
-    if gpu is None:
-        return vllm_default_for(None, None)
-    return vllm_default_for(gpu.name, gpu.memory_bytes)
-
-
-def sglang_default_budget(gpu: GPU | None) -> int:
-    """SGLang's default for a GPU preset (see :func:`sglang_default_for`)."""
-    return sglang_default_for(None if gpu is None else gpu.memory_bytes)

@@ -6,14 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from budgettune.core.engine_defaults import default_budget
 from budgettune.core.hardware import GPU, resolve_gpu
 from budgettune.model.profile import detect_hardware, query_gpus
-from budgettune.tune.candidates import (
-    SGLANG_DEFAULT_RULE,
-    VLLM_DEFAULT_RULE,
-    sglang_default_for,
-    vllm_default_for,
-)
 
 _MIB = 1024**2
 _GIB = 1024**3
@@ -30,9 +25,8 @@ class DetectedGPU:
 
     def default_budget(self, engine: str) -> tuple[int, str]:
         """The engine's default budget on this GPU and the rule that gave it."""
-        if engine == "sglang":
-            return sglang_default_for(self.memory_bytes), SGLANG_DEFAULT_RULE
-        return vllm_default_for(self.name, self.memory_bytes), VLLM_DEFAULT_RULE
+        found = default_budget(engine, self.name, self.memory_bytes)
+        return found.budget_tokens, found.rule
 
     def describe(self) -> str:
         """e.g. "NVIDIA H100 80GB HBM3 x8 (nvidia-smi, 79.6 GiB; preset h100-sxm)"."""

@@ -1,14 +1,12 @@
-"""Candidate budgets from the ridge floor to the TBT ceiling, and engine defaults."""
+"""Candidate budgets from the ridge floor to the TBT ceiling."""
 
 from __future__ import annotations
 
-from budgettune.core.hardware import GPU_PRESETS, resolve_gpu, resolve_model
+from budgettune.core.hardware import resolve_gpu, resolve_model
 from budgettune.model.stepmodel import StepModel
 from budgettune.tune.candidates import (
     budget_candidates,
     iteration_with_batch_s,
-    sglang_default_budget,
-    vllm_default_budget,
 )
 
 H100_8B = StepModel.from_hardware(resolve_model("llama-3.1-8b"), resolve_gpu("h100-sxm"))
@@ -38,12 +36,3 @@ def test_impossible_slo_keeps_floor_and_one_step() -> None:
     c = budget_candidates(H100_8B, slo_tbt_s=0.001, decode_batch=16, context_tokens=1000)
     assert c.ceiling_tokens is None
     assert c.budgets == (256, 512)
-
-
-def test_engine_defaults_follow_the_documented_rules() -> None:
-    assert vllm_default_budget(GPU_PRESETS["h100-sxm"]) == 8192
-    assert vllm_default_budget(GPU_PRESETS["a100-80g"]) == 2048  # A100 is excluded
-    assert vllm_default_budget(GPU_PRESETS["l40s"]) == 2048  # 48 GB < 70 GiB
-    assert sglang_default_budget(GPU_PRESETS["a6000"]) == 8192  # 48 GB
-    assert sglang_default_budget(GPU_PRESETS["b200"]) == 16384  # 180 GB
-    assert sglang_default_budget(None) == 2048

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from budgettune import __version__
+from budgettune.core.engine_defaults import default_budget_on
 from budgettune.core.errors import BudgettuneError, SpecError
 from budgettune.core.hardware import GPU, ModelShape, dtype_bytes, resolve_gpu, resolve_model
 from budgettune.engines.base import EngineHandle, LaunchSpec, ProgressCallback
@@ -122,12 +123,6 @@ def profiled_model(path: Path | str, gpu: str) -> ProfiledModel:
         description=f"profile {path} ({profile.kind}, {profile.engine.name} on {where})",
         knee_found=profile.ridge is None or profile.ridge.knee_found,
     )
-
-
-def default_budget(gpu: GPU) -> int:
-    """vLLM's API-server default: 8192 on GPUs of at least 70 GiB other than A100, else 2048."""
-    big = gpu.memory_bytes >= 70 * 2**30 and not gpu.name.lower().startswith("a100")
-    return 8192 if big else 2048
 
 
 class ApiError(Exception):
@@ -481,7 +476,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> SimServerConfig:
     args = build_parser().parse_args(argv)
     budget = args.max_num_batched_tokens
     if budget is None:
-        budget = default_budget(resolve_gpu(args.gpu))
+        budget = default_budget_on("sim", resolve_gpu(args.gpu)).budget_tokens
     return SimServerConfig(
         budget_tokens=budget if args.chunked else None,
         max_num_seqs=args.max_num_seqs,
