@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any
 
 from budgettune.model.stepmodel import StepModel
 
@@ -31,8 +30,20 @@ class IterationPlan:
     prefill_pairs: float = 0.0
     prefill_prefix_tokens: int = 0
     preempted: list[RequestId] = field(default_factory=list)
-    # The scheduler's own request objects, parallel to chunks (not part of the public data).
-    _chunk_requests: list[Any] = field(default_factory=list, repr=False)
+
+    def add_chunk(self, request_id: RequestId, tokens: int, offset: int) -> None:
+        """Add ``tokens`` prompt tokens of a request whose first ``offset`` are already in its
+        KV cache; the prefill aggregates follow (each new token attends to the prefix and to
+        the new tokens before it: tokens x offset + tokens^2 / 2 pairs)."""
+        self.chunks.append((request_id, tokens, offset))
+        self.prefill_tokens += tokens
+        self.prefill_pairs += tokens * offset + tokens * tokens / 2.0
+        self.prefill_prefix_tokens += offset
+
+    def drop_decode(self, context_tokens: int) -> None:
+        """Take back one decode of context ``context_tokens`` (its request was preempted)."""
+        self.decodes -= 1
+        self.decode_context_tokens -= context_tokens
 
     @property
     def empty(self) -> bool:

@@ -6,8 +6,6 @@ the same budget vLLM hands its block pool (activation memory is ignored).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from budgettune.core.errors import SpecError
 from budgettune.core.hardware import GPU
 from budgettune.model.stepmodel import StepModel
@@ -52,28 +50,38 @@ def kv_capacity_blocks(
     return blocks
 
 
-@dataclass(slots=True)
 class BlockPool:
-    """A counter of used blocks against a fixed capacity; no per-block identity is needed
-    because the simulator never shares blocks (no prefix caching)."""
+    """KV blocks against a fixed capacity, as a count: no per-block identity is needed because
+    the simulator never shares blocks (no prefix caching). The scheduler asks it
+    (:meth:`can_allocate`) and tells it (:meth:`allocate`, :meth:`release`); nothing else
+    changes the count, so the guards below hold for every allocation."""
 
-    capacity: int
-    used: int = 0
+    __slots__ = ("_used", "capacity")
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._used = 0
+
+    @property
+    def used(self) -> int:
+        return self._used
 
     @property
     def free(self) -> int:
-        return self.capacity - self.used
+        return self.capacity - self._used
 
     def can_allocate(self, blocks: int) -> bool:
-        """Check only; never changes the pool."""
-        return self.used + blocks <= self.capacity
+        """Whether ``blocks`` more fit. Check only; never changes the pool."""
+        return self._used + blocks <= self.capacity
 
     def allocate(self, blocks: int) -> None:
-        if self.used + blocks > self.capacity:
+        """Take ``blocks``; RuntimeError if they do not fit (a scheduler bug, not user input)."""
+        if self._used + blocks > self.capacity:
             raise RuntimeError(f"allocating {blocks} blocks with {self.free} free")
-        self.used += blocks
+        self._used += blocks
 
     def release(self, blocks: int) -> None:
-        if blocks > self.used:
-            raise RuntimeError(f"releasing {blocks} blocks with {self.used} in use")
-        self.used -= blocks
+        """Give back ``blocks``; RuntimeError if more than are in use."""
+        if blocks > self._used:
+            raise RuntimeError(f"releasing {blocks} blocks with {self._used} in use")
+        self._used -= blocks

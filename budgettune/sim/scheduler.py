@@ -8,6 +8,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import dataclass, field
+from enum import Enum
 
 from budgettune.core.errors import SpecError
 from budgettune.sim.iteration import IterationOutcome, IterationPlan, RequestId
@@ -17,13 +18,36 @@ __all__ = [
     "IterationOutcome",
     "IterationPlan",
     "RequestId",
+    "RequestState",
     "Scheduler",
     "SchedulerConfig",
     "chunk_tokens",
 ]
 
-WAITING, PREFILLING, DECODING, FINISHED, ABORTED = range(5)
-STATE_NAMES = ("waiting", "prefilling", "decoding", "finished", "aborted")
+
+class RequestState(Enum):
+    """Where a request stands: waiting (queued, or sent back by a preemption), prefilling
+    (admitted, prompt not done), decoding, then finished or aborted (both final)."""
+
+    WAITING = "waiting"
+    PREFILLING = "prefilling"
+    DECODING = "decoding"
+    FINISHED = "finished"
+    ABORTED = "aborted"
+
+    @property
+    def live(self) -> bool:
+        """Queued or running: it holds a place in the scheduler (and maybe KV blocks)."""
+        return self is not RequestState.FINISHED and self is not RequestState.ABORTED
+
+
+# Module-level names for the hot loop: a global lookup and an identity test per check, the
+# same cost as the int constants they replace (an attribute lookup on the Enum class is not).
+WAITING = RequestState.WAITING
+PREFILLING = RequestState.PREFILLING
+DECODING = RequestState.DECODING
+FINISHED = RequestState.FINISHED
+ABORTED = RequestState.ABORTED
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +123,7 @@ class _Request:
     rid: RequestId
     prompt: int
     output: int
-    state: int = WAITING
+    state: RequestState = WAITING
     prefill_len: int = 0  # tokens to prefill: prompt + tokens generated before a preemption
     prefilled: int = 0
     generated: int = 0  # tokens emitted before the current segment
@@ -155,6 +179,7 @@ class Scheduler:
         self._finish_ticks: list[int] = []  # heap of keys of _finish
         self._alloc_tick = 0  # decoders' blocks cover contexts up to this tick
         self._in_flight: IterationPlan | None = None
+        self._in_flight_requests: list[_Request] = []  # behind the plan's chunks, in order
         self._decode_only_stable = False
 
     # ----- queries (never change state) -------------------------------------------------
@@ -191,9 +216,9 @@ class Scheduler:
             )
         return None
 
-    def state(self, request_id: RequestId) -> str:
-        """ "waiting", "prefilling", "decoding", "finished" (if kept) or "aborted"."""
-        return STATE_NAMES[self._requests[request_id].state]
+    def state(self, request_id: RequestId) -> RequestState:
+        """Where a live or kept finished request stands (an aborted one is forgotten)."""
+        return self._requests[request_id].state
 
     def segments(self, request_id: RequestId) -> list[tuple[int, int, int]]:
         """Token segments of a finished (kept) or preempted request: (iteration of the first
@@ -205,7 +230,7 @@ class Scheduler:
 
     def kv_blocks_by_request(self) -> dict[RequestId, int]:
         """Blocks each live request holds (O(requests); for checks and tests)."""
-        return {rid: self._blocks_of(r) for rid, r in self._requests.items() if r.state < FINISHED}
+        return {rid: self._blocks_of(r) for rid, r in self._requests.items() if r.state.live}
 
     def next_decode_context_tokens(self) -> int:
         """Sum of decode contexts in the next decode tick (current decoders)."""
@@ -219,7 +244,7 @@ class Scheduler:
         if reason is not None:
             raise ValueError(f"request {request_id!r}: {reason}")
         old = self._requests.get(request_id)
-        if old is not None and old.state < FINISHED:
+        if old is not None and old.state.live:
             raise ValueError(f"request {request_id!r} is already queued or running")
         request = _Request(request_id, prompt_tokens, output_tokens, prefill_len=prompt_tokens)
         self._requests[request_id] = request
@@ -229,12 +254,12 @@ class Scheduler:
     def abort(self, request_id: RequestId) -> bool:
         """Drop a live request (client went away); frees its blocks. False if not live."""
         r = self._requests.get(request_id)
-        if r is None or r.state >= FINISHED:
+        if r is None or not r.state.live:
             return False
         self.pool.release(self._blocks_of(r))
-        if r.state == DECODING:
+        if r.state is DECODING:
             self._stop_decoding(r)
-        elif r.state == PREFILLING:
+        elif r.state is PREFILLING:
             self._prefilling.remove(r)
             self._num_running -= 1
         else:
@@ -252,6 +277,7 @@ class Scheduler:
         if self._in_flight is not None:
             raise RuntimeError("schedule() called twice without commit()")
         plan = IterationPlan(self.iterations)
+        self._in_flight_requests = []
         if self.config.budget_tokens is None:
             self._schedule_prefill_first(plan)
         else:
@@ -261,26 +287,28 @@ class Scheduler:
 
     def _schedule_chunked(self, plan: IterationPlan, budget: int) -> None:
         left = budget
+        pool = self.pool
         # 1. Decodes: one token for every running decode, before any prompt token.
         if self._decoding:
             self._reserve_decode_blocks(plan)
             left -= plan.decodes
-        # 2. Partial prefills: the next chunk of each, in admission order.
+        # 2. Partial prefills: the next chunk of each, in admission order; preempt the newest
+        # running requests while its blocks do not fit (itself last).
         for r in list(self._prefilling):
             if left <= 0:
                 break
-            if r.state != PREFILLING:  # preempted by an earlier chunk of this loop
+            if r.state is not PREFILLING:  # preempted by an earlier chunk of this loop
                 continue
             n = chunk_tokens(left, r.prefill_len - r.prefilled, self.config)
             if n <= 0:
                 break
             need = blocks_for(r.prefilled + n, self.config.block_size) - r.blocks
-            while self.pool.free < need:
+            while not pool.can_allocate(need):
                 if self._preempt_newest(plan) is r:
                     break
-            if r.state != PREFILLING:
+            if r.state is not PREFILLING:
                 continue
-            self.pool.used += need
+            pool.allocate(need)
             r.blocks += need
             self._add_chunk(plan, r, n)
             left -= n
@@ -296,7 +324,7 @@ class Scheduler:
             if n <= 0:
                 break
             need = blocks_for(n, self.config.block_size)
-            if self.pool.free < need:
+            if not pool.can_allocate(need):
                 break
             waiting.popleft()
             self._admit(r, need)
@@ -313,7 +341,7 @@ class Scheduler:
             if cap is not None and plan.chunks and plan.prefill_tokens + n > cap:
                 break
             need = blocks_for(n, self.config.block_size)
-            if self.pool.free < need:
+            if not self.pool.can_allocate(need):
                 break
             waiting.popleft()
             self._admit(r, need)
@@ -329,9 +357,10 @@ class Scheduler:
         the newest running requests while they do not fit. Fills plan.decodes/contexts."""
         tick = self.ticks + 1
         phase = tick % self.config.block_size
-        while self.pool.free < self._phase[phase]:
+        # A preempted decoder leaves the phase count, so the need is read again each time.
+        while not self.pool.can_allocate(self._phase[phase]):
             self._preempt_newest(plan)
-        self.pool.used += self._phase[phase]
+        self.pool.allocate(self._phase[phase])
         self._alloc_tick = tick
         plan.decodes = len(self._decoding)
         plan.decode_context_tokens = self._base_sum + plan.decodes * tick
@@ -340,18 +369,14 @@ class Scheduler:
         r.state = PREFILLING
         r.prefilled = 0
         r.blocks = blocks
-        self.pool.used += blocks
+        self.pool.allocate(blocks)
         self._prefilling.append(r)
         self._running_order.append(r)
         self._num_running += 1
 
     def _add_chunk(self, plan: IterationPlan, r: _Request, n: int) -> None:
-        offset = r.prefilled
-        plan.chunks.append((r.rid, n, offset))
-        plan._chunk_requests.append(r)
-        plan.prefill_tokens += n
-        plan.prefill_pairs += n * offset + n * n / 2.0
-        plan.prefill_prefix_tokens += offset
+        plan.add_chunk(r.rid, n, r.prefilled)
+        self._in_flight_requests.append(r)
 
     def _preempt_newest(self, plan: IterationPlan) -> _Request:
         """Preempt by recompute the most recently admitted running request (lowest FCFS
@@ -359,13 +384,12 @@ class Scheduler:
         order = self._running_order
         while True:
             r = order.pop()  # IndexError here would mean a request larger than the cache
-            if r.state == PREFILLING or r.state == DECODING:
+            if r.state is PREFILLING or r.state is DECODING:
                 break
-        if r.state == DECODING:
+        if r.state is DECODING:
             in_plan = self._alloc_tick == self.ticks + 1 and plan.decodes > 0
             if in_plan:  # already counted in this iteration's decodes
-                plan.decodes -= 1
-                plan.decode_context_tokens -= r.base + self._alloc_tick
+                plan.drop_decode(r.base + self._alloc_tick)
             r.generated += 1 + self.ticks - r.tick0
             r.segments.append((r.first_iteration, r.tick0, self.ticks - r.tick0))
             self.pool.release(self._blocks_of(r))
@@ -389,6 +413,7 @@ class Scheduler:
         if plan is not self._in_flight:
             raise RuntimeError("commit() of a plan that is not the one in flight")
         self._in_flight = None
+        chunk_requests = self._in_flight_requests
         emitted_ids: list[RequestId] | None = None
         if with_ids:
             emitted_ids = [r.rid for r in self._decoding] if plan.decodes else []
@@ -400,12 +425,12 @@ class Scheduler:
             bucket = self._finish.pop(self.ticks, None)
             if bucket is not None:
                 for r in bucket:
-                    if r.state == DECODING and r.finish_tick == self.ticks:
+                    if r.state is DECODING and r.finish_tick == self.ticks:
                         self._finish_decoder(r)
                         finished.append(r.rid)
         first: list[RequestId] = []
-        for r, (_, n, _) in zip(plan._chunk_requests, plan.chunks, strict=True):
-            if r.state != PREFILLING:  # aborted while the iteration ran
+        for r, (_, n, _) in zip(chunk_requests, plan.chunks, strict=True):
+            if r.state is not PREFILLING:  # aborted while the iteration ran
                 continue
             r.prefilled += n
             if r.prefilled < r.prefill_len:
@@ -479,7 +504,7 @@ class Scheduler:
         need = (iterations // bs) * decoders
         for step in range(1, iterations % bs + 1):
             need += self._phase[(self.ticks + step) % bs]
-        self.pool.used += need
+        self.pool.allocate(need)
         self.ticks += iterations
         self.iterations += iterations
         self._alloc_tick = self.ticks
@@ -513,7 +538,7 @@ class Scheduler:
         self._stop_decoding(r)
         self._retire(r, FINISHED)
 
-    def _retire(self, r: _Request, state: int) -> None:
+    def _retire(self, r: _Request, state: RequestState) -> None:
         r.state = state
         r.blocks = 0
         if not self._keep_finished:
@@ -525,13 +550,13 @@ class Scheduler:
         seen: set[int] = set()
         kept: list[_Request] = []
         for r in reversed(self._running_order):
-            if (r.state == PREFILLING or r.state == DECODING) and id(r) not in seen:
+            if (r.state is PREFILLING or r.state is DECODING) and id(r) not in seen:
                 seen.add(id(r))
                 kept.append(r)
         kept.reverse()
         self._running_order = kept
 
     def _blocks_of(self, r: _Request) -> int:
-        if r.state == DECODING:
+        if r.state is DECODING:
             return blocks_for(r.base + self._alloc_tick, self.config.block_size)
         return r.blocks

@@ -44,3 +44,6 @@ def test_block_pool() -> None:
     pool.release(7)
     with pytest.raises(RuntimeError):
         pool.release(1)
+    # The count changes only through allocate/release, so their guards see every change.
+    with pytest.raises(AttributeError):
+        pool.used = 3  # type: ignore[misc]

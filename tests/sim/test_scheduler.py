@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from budgettune.core.errors import SpecError
 from budgettune.sim.kvcache import blocks_for
-from budgettune.sim.scheduler import Scheduler, SchedulerConfig, chunk_tokens
+from budgettune.sim.scheduler import RequestState, Scheduler, SchedulerConfig, chunk_tokens
 
 # One request: (iteration it arrives before, prompt tokens, output tokens, abort iteration | None).
 requests_st = st.lists(
@@ -210,10 +210,10 @@ def test_preemption_by_recompute_newest_first() -> None:
     assert plans[-1].preempted == ["new"]
     assert plans[-1].index == 13  # tick 13: contexts reach 33
     assert plans[-1].decodes == 1 and plans[-1].decode_context_tokens == 33
-    assert sched.state("new") == "waiting" and sched.preemptions("new") == 1
+    assert sched.state("new") is RequestState.WAITING and sched.preemptions("new") == 1
     # 13 tokens emitted before the preemption: recompute 20 + 13 = 33 tokens later.
     assert sched.segments("new") == [(0, 0, 12)]
-    while sched.state("new") == "waiting":
+    while sched.state("new") is RequestState.WAITING:
         plan = sched.schedule()
         sched.commit(plan)
     assert plan.chunks == [("new", 33, 0)]
@@ -225,7 +225,8 @@ def test_abort_frees_blocks_in_every_state() -> None:
     sched.add("partial", 100, 10)
     sched.add("waiting", 10, 10)
     sched.commit(sched.schedule())  # decoder done prefilling, partial has 22 tokens
-    assert sched.state("decoder") == "decoding" and sched.state("partial") == "prefilling"
+    assert sched.state("decoder") is RequestState.DECODING
+    assert sched.state("partial") is RequestState.PREFILLING
     plan = sched.schedule()  # in flight: the decoder's token and the partial's chunk
     assert sched.abort("partial") and sched.abort("decoder") and sched.abort("waiting")
     assert not sched.abort("decoder") and not sched.abort("unknown")
