@@ -1,4 +1,5 @@
-"""Shared test fixtures: paths to the repo and to ../shared, and the installed command."""
+"""Shared test fixtures: the repo, the slice of the public Azure trace under tests/data, and the
+installed command."""
 
 from __future__ import annotations
 
@@ -17,8 +18,16 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED = REPO_ROOT.parent / "shared"
-AZURE_TRACE = SHARED / "traces" / "azure-llm-2023-conv.csv"
+# 1,100 consecutive rows of the Azure LLM inference trace 2023 (conversation), CC-BY 4.0:
+# what they are, and the attribution, in tests/data/README.md.
+AZURE_SLICE = REPO_ROOT / "tests" / "data" / "azure-llm-2023-conv-slice.csv"
+
+
+@pytest.fixture(scope="session")
+def azure_slice() -> Path:
+    """The shipped slice of the real Azure 2023 conversation trace (tests/data/README.md)."""
+    assert AZURE_SLICE.is_file(), f"{AZURE_SLICE} is missing: it ships with the repository"
+    return AZURE_SLICE
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
 """`budgettune simulate` through the installed command and CliRunner: JSON shape, tables,
-goodput, traces (a small one written here and the real Azure one), the -o results folder, and
-one-line errors for bad input."""
+goodput, traces (a small one written here and the shipped slice of the real Azure one), the -o
+results folder, and one-line errors for bad input."""
 
 from __future__ import annotations
 
@@ -23,8 +23,6 @@ from budgettune.cli.simulate import simulate
 from budgettune.core.hardware import resolve_gpu, resolve_model
 from budgettune.core.metrics import percentiles
 from budgettune.model.stepmodel import StepModel
-
-AZURE = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "azure-llm-2023-conv.csv"
 
 runner = CliRunner()
 SMALL = ["--requests", "300", "--seed", "1"]
@@ -184,10 +182,10 @@ def test_bad_trace_options_one_line_exit_2(tmp_path: Path, args: list[str], need
     assert "Traceback" not in result.stderr
 
 
-def _azure_window(start_s: float, end_s: float) -> np.ndarray:
+def _azure_window(path: Path, start_s: float, end_s: float) -> np.ndarray:
     """Arrival times (s from the trace's first request) of the Azure trace rows inside
     [start_s, end_s), read here with csv and datetime alone."""
-    with AZURE.open(newline="") as handle:
+    with path.open(newline="") as handle:
         stamps = [
             dt.datetime.strptime(row["TIMESTAMP"][:26], "%Y-%m-%d %H:%M:%S.%f")
             for row in csv.DictReader(handle)
@@ -196,14 +194,13 @@ def _azure_window(start_s: float, end_s: float) -> np.ndarray:
     return seconds[(seconds >= start_s) & (seconds < end_s)]
 
 
-@pytest.mark.skipif(not AZURE.is_file(), reason="needs ../shared/traces")
-def test_azure_trace_window_and_time_scale(budgettune_cmd: list[str]) -> None:
-    args = ["--trace", str(AZURE), "--window", "10m:12m", "--time-scale", "2"]
+def test_azure_trace_window_and_time_scale(budgettune_cmd: list[str], azure_slice: Path) -> None:
+    args = ["--trace", str(azure_slice), "--window", "1m:3m", "--time-scale", "2"]
     result = run(budgettune_cmd, *args, "--budgets", "512,none", "--json")
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert set(doc) == {"points"}
-    inside = _azure_window(600.0, 720.0)
+    inside = _azure_window(azure_slice, 60.0, 180.0)
     recorded_rate = (len(inside) - 1) / (inside[-1] - inside[0])
     for point in doc["points"]:
         assert set(point) == {
@@ -218,12 +215,11 @@ def test_azure_trace_window_and_time_scale(budgettune_cmd: list[str]) -> None:
     assert chunked["tbt_ms"]["max"] < none["tbt_ms"]["max"]  # no whole-prompt iterations
     table = run(budgettune_cmd, *args, "--budgets", "512")
     text = " ".join(table.stdout.split())
-    assert "azure-llm-2023-conv.csv (azure), recorded x2" in text and "TBT" in text
+    assert "azure-llm-2023-conv-slice.csv (azure), recorded x2" in text and "TBT" in text
 
 
-@pytest.mark.skipif(not AZURE.is_file(), reason="needs ../shared/traces")
-def test_goodput_on_a_trace_meets_the_slo_at_the_rate_it_reports() -> None:
-    trace = ["--trace", str(AZURE), "--window", "10m:11m", "--budgets", "512"]
+def test_goodput_on_a_trace_meets_the_slo_at_the_rate_it_reports(azure_slice: Path) -> None:
+    trace = ["--trace", str(azure_slice), "--window", "1m:2m", "--budgets", "512"]
     slo = ["--slo-tbt", "30ms", "--slo-ttft", "300ms"]
     doc = _json(*trace, "--goodput", *slo)
     rate = doc["goodput"][0]["rate"]
