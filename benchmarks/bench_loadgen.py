@@ -34,7 +34,7 @@ import numpy as np
 
 from budgettune.core.metrics import summarize, tbt_s
 from budgettune.engines.base import LaunchSpec
-from budgettune.engines.embedded.server import SimEngine
+from budgettune.engines.embedded.engine import SimEngine
 from budgettune.loadgen.runner import RunOptions, RunOutcome, Target, run_schedule
 from budgettune.trace.schedule import Schedule, arrival_times_s
 

@@ -16,7 +16,7 @@ from budgettune.core.engine_defaults import default_budget_on
 from budgettune.core.errors import SpecError, UserError
 from budgettune.core.hardware import resolve_gpu
 from budgettune.core.units import parse_tokens
-from budgettune.engines.embedded.server import SimServerConfig
+from budgettune.engines.embedded.config import SimServerConfig
 from budgettune.engines.embedded.server import serve as serve_sim
 from budgettune.sim.kvcache import DEFAULT_BLOCK_SIZE, DEFAULT_GPU_MEMORY_UTILIZATION
 

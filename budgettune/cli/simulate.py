@@ -206,7 +206,7 @@ def simulate(
     model_label = f"{model} on {gpu_spec.name} ({mode})"
     ridge_label = "ridge P* = {:.0f} tokens"
     if profile is not None:
-        from budgettune.engines.embedded.server import profiled_model
+        from budgettune.engines.embedded.profiled import profiled_model
 
         # The profile's GPU preset (else --gpu) sizes the KV cache; a custom GPU is not used.
         profiled = profiled_model(profile, gpu)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from budgettune.core.errors import SpecError
 from budgettune.engines.base import Engine
-from budgettune.engines.embedded.server import SimEngine
+from budgettune.engines.embedded.engine import SimEngine
 from budgettune.engines.external import ExternalEngine
 from budgettune.engines.sglang import SglangEngine
 from budgettune.engines.vllm import VllmEngine

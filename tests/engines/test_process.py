@@ -18,7 +18,7 @@ import pytest
 
 from budgettune.core.errors import EngineError, SpecError, UserError
 from budgettune.engines.base import LaunchSpec, StartProgress
-from budgettune.engines.embedded.server import SimEngine
+from budgettune.engines.embedded.engine import SimEngine
 from budgettune.engines.external import ExternalEngine, normalize_url
 from budgettune.engines.process import (
     free_port,

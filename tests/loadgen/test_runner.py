@@ -15,7 +15,7 @@ import pytest
 from budgettune.app.replay import ReplayConfig, run_replay
 from budgettune.core.metrics import summarize, ttft_s
 from budgettune.engines.base import LaunchSpec
-from budgettune.engines.embedded.server import SimEngine
+from budgettune.engines.embedded.engine import SimEngine
 from budgettune.engines.process import free_port, group_members
 from budgettune.loadgen.runner import RunOptions, RunOutcome, Target, run_schedule
 from budgettune.loadgen.server_metrics import server_side

@@ -2,6 +2,6 @@
 
 import sys
 
-from budgettune.engines.embedded.server import main
+from budgettune.engines.embedded.cli import main
 
 sys.exit(main())
