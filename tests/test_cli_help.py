@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import inspect
 import re
+import subprocess
+import sys
 
 import pytest
 import typer
 from typer.testing import CliRunner
 
-from budgettune.cli import app
+from budgettune.cli import COMMANDS, app
 
 # The traffic options shared with replay, sweep and trace synth (cli/_trace_options.py) are
 # checked with the trace commands; simulate's own traffic defaults (--rate, --requests,
@@ -25,11 +28,44 @@ UNIT = re.compile(
 DEFAULT = re.compile(r"\bdefault\b|\bunset\b|without it", re.IGNORECASE)
 
 
-def _options(command: str) -> list[typer.core.TyperOption]:
+def _command(name: str) -> typer.core.TyperCommand | typer.core.TyperGroup:
+    """The real command behind ``name`` (the group lists it lazily until it is used)."""
     group = typer.main.get_command(app)
     assert isinstance(group, typer.core.TyperGroup)
-    params = group.commands[command].params
+    listed = group.commands[name]
+    return listed.load() if hasattr(listed, "load") else listed  # type: ignore[no-any-return]
+
+
+def _options(command: str) -> list[typer.core.TyperOption]:
+    params = _command(command).params
     return [p for p in params if isinstance(p, typer.core.TyperOption)]
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_the_listing_shows_each_commands_own_help(name: str) -> None:
+    """`budgettune --help` lists the commands without importing them: the summary it shows is
+    the first paragraph of the command's own help, so the two cannot drift apart."""
+    own = inspect.cleandoc(_command(name).help or "").split("\n\n")[0]
+    assert COMMANDS[name][1] == own
+
+
+def test_root_help_and_version_import_no_command() -> None:
+    """`budgettune --help` and `--version` import typer and rich only: no command module, no
+    numpy, httpx or engine (each would cost start-up time on every call)."""
+    code = (
+        "import sys; sys.argv = ['budgettune', sys.argv[1]]\n"
+        "from budgettune.cli import main\n"
+        "try:\n    main()\n"
+        "except SystemExit:\n    pass\n"
+        "heavy = ('numpy', 'httpx', 'scipy', 'plotly', 'budgettune.cli.', 'budgettune.engines',"
+        " 'budgettune.app')\n"
+        "print(sorted(m for m in sys.modules if m.startswith(heavy)))"
+    )
+    for flag in ("--help", "--version"):
+        done = subprocess.run(
+            [sys.executable, "-c", code, flag], capture_output=True, text=True, check=True
+        )
+        assert done.stdout.strip().splitlines()[-1] == "[]", (flag, done.stdout[-300:])
 
 
 @pytest.mark.parametrize("command", ["roofline", "simulate"])

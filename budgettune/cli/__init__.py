@@ -1,10 +1,14 @@
 """The command line: typer only. Each command lives in its own module of this package and calls
-one function of :mod:`budgettune.pipeline` (or of the stage it fronts); nothing below ``cli``
-imports typer or prints tables.
+one function of :mod:`budgettune.app`; nothing below ``cli`` imports typer or prints tables.
+
+A command's module is imported only when that command runs (or its own ``--help`` is asked):
+``budgettune --help`` lists the commands from :data:`COMMANDS` and ``--version`` imports no
+command at all, so neither pays for numpy, httpx or the engines.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import sys
@@ -14,15 +18,116 @@ from typing import Any
 import typer
 from typer.core import TyperCommand, TyperGroup, _click
 
-from budgettune import __version__
-from budgettune.cli._common import console_err, print_error
 from budgettune.core.errors import BudgettuneError
+
+# rich (through cli._common) is imported where an error is printed or a command runs: --version
+# needs neither.
+
+# Every command: the module that registers it on ``app`` when imported, and the first paragraph
+# of its help as ``budgettune --help`` lists it (tests/test_cli_help.py checks it is the
+# command's own).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "profile": (
+        "budgettune.cli.profile",
+        "Measure iteration time against tokens (prefill, decode, mixed), find the ridge P*,\n"
+        "calibrate the step-time model and save it as a profile for `simulate --profile`.",
+    ),
+    "replay": (
+        "budgettune.cli.replay",
+        "Replay traffic on a live engine and measure TTFT, TBT, TPOT and E2E.",
+    ),
+    "report": (
+        "budgettune.cli.report",
+        "Write one self-contained HTML page (charts embedded, opens offline) from results.",
+    ),
+    "roofline": (
+        "budgettune.cli.roofline",
+        "Print the ridge P* (memory- to compute-bound) and model iteration times.",
+    ),
+    "serve": (
+        "budgettune.cli.serve",
+        "Serve the simulated engine on an OpenAI-compatible API until Ctrl-C.",
+    ),
+    "simulate": (
+        "budgettune.cli.simulate",
+        "Simulate the token-budget scheduler on synthetic traffic or a trace and compare budgets.",
+    ),
+    "sweep": (
+        "budgettune.cli.sweep",
+        "Recommend the largest token budget whose p99 TBT and TTFT meet your SLOs, verified live.",
+    ),
+    "tiny-model": (
+        "budgettune.cli.tiny_model",
+        "Build a tiny random-weight Llama (4 layers, hidden 256, ~11 MB) with a locally trained\n"
+        "byte-level BPE tokenizer, in a folder `vllm serve` and transformers load. Deterministic "
+        "from\n--seed. Needs `pip install 'budgettune\\[torch]'`.",
+    ),
+    "trace": (
+        "budgettune.cli.trace",
+        "Synthesize and inspect traffic traces (Azure, Mooncake, BurstGPT, Vidur, vllm bench, "
+        "budgettune JSONL, any CSV).",
+    ),
+}
+
+
+class _LazyCommand(TyperCommand):
+    """A command listed by name and help alone; its module is imported, and the real command
+    built, only when it is parsed (``make_context``), so the group's help costs no imports."""
+
+    def __init__(self, name: str, module: str, summary: str) -> None:
+        super().__init__(name, help=summary)
+        self.module = module
+        self._real: _click.Command | None = None
+
+    def load(self) -> _click.Command:
+        """The real command (a typer command, or a group such as ``trace``)."""
+        if self._real is None:
+            importlib.import_module(self.module)
+            self._real = _built(self.name or "")
+        return self._real
+
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any
+    ) -> Any:
+        return self.load().make_context(info_name, args, parent=parent, **extra)
+
+    def invoke(self, ctx: Any) -> Any:  # the real command's context invokes the real command
+        return self.load().invoke(ctx)
+
+
+def _built(name: str) -> _click.Command:
+    """The click command typer builds for ``name`` once its module registered it on ``app``."""
+    short, markup = app.pretty_exceptions_short, app.rich_markup_mode
+    for info in app.registered_commands:
+        callback_name = info.callback.__name__ if info.callback else ""
+        if (info.name or typer.main.get_command_name(callback_name)) == name:
+            return typer.main.get_command_from_info(
+                info, pretty_exceptions_short=short, rich_markup_mode=markup
+            )
+    for group in app.registered_groups:
+        if group.name == name:
+            return typer.main.get_group_from_info(
+                group,
+                pretty_exceptions_short=short,
+                rich_markup_mode=markup,
+                suggest_commands=app.suggest_commands,
+            )
+    raise LookupError(f"{name}: its module registered no such command")  # a bug in COMMANDS
 
 
 class _Group(TyperGroup):
     """Turns budgettune's own errors into one line on stderr and their exit code, no traceback;
     and the option parser's errors (``--rate abc``, an unknown option) into the same one line,
-    where typer would draw a boxed usage message."""
+    where typer would draw a boxed usage message. Commands not imported yet are listed from
+    :data:`COMMANDS` and load when used."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name, (module, summary) in sorted(COMMANDS.items()):
+            self.commands.setdefault(name, _LazyCommand(name, module, summary))
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return sorted(self.commands)
 
     def main(
         self,
@@ -42,6 +147,8 @@ class _Group(TyperGroup):
         except _click.exceptions.NoArgsIsHelpError as error:
             sys.exit(error.exit_code)  # `budgettune` alone: the help was printed while raising
         except _click.exceptions.ClickException as error:
+            from budgettune.cli._common import console_err
+
             console_err.print(
                 f"[bold red]error:[/bold red] {usage_error_line(error, argv)}",
                 highlight=False,
@@ -49,6 +156,8 @@ class _Group(TyperGroup):
             )
             sys.exit(error.exit_code)
         except typer.Abort:
+            from budgettune.cli._common import console_err
+
             console_err.print("[yellow]aborted[/yellow]")
             sys.exit(1)
         # Without standalone mode, click returns an Exit's code (``--help`` gives 0) or the
@@ -59,9 +168,13 @@ class _Group(TyperGroup):
         try:
             return super().invoke(ctx)
         except BudgettuneError as error:
+            from budgettune.cli._common import print_error
+
             print_error(error, getattr(error, "flag", None))
             raise typer.Exit(error.exit_code) from None
         except KeyboardInterrupt:
+            from budgettune.cli._common import console_err
+
             console_err.print("[yellow]interrupted[/yellow]")
             raise typer.Exit(130) from None
 
@@ -118,6 +231,8 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
+        from budgettune import __version__
+
         typer.echo(f"budgettune {__version__}")
         raise typer.Exit()
 
@@ -129,10 +244,6 @@ def _root(
     ),
 ) -> None:
     """budgettune: measure, do not guess, the chunked-prefill token budget."""
-
-
-# Each module registers its commands on ``app`` when imported.
-from budgettune.cli import commands  # noqa: E402,F401
 
 
 def _terminate_like_ctrl_c(signum: int, frame: object) -> None:
@@ -151,5 +262,7 @@ def main() -> None:
     try:
         app()
     except BudgettuneError as error:  # raised outside a command (e.g. while parsing)
+        from budgettune.cli._common import print_error
+
         print_error(error)
         sys.exit(error.exit_code)
