@@ -36,7 +36,7 @@ MODEL = StepModel.from_hardware(resolve_model("llama-3.1-8b"), GPU)
 CAPACITY = kv_capacity_blocks(MODEL, GPU)
 BUDGETS = parse_budgets("256,512,1024,2048,8192,none")
 PROMPTS = parse_length_dist("lognormal:mean=1000,sigma=1.0,max=8192")
-OUTPUTS = parse_length_dist("lognormal:mean=250,sigma=1.0,max=4096", option="--output-dist")
+OUTPUTS = parse_length_dist("lognormal:mean=250,sigma=1.0,max=4096", field="output_dist")
 
 
 def schedule_at(rate_per_s: float) -> Schedule:

@@ -53,18 +53,22 @@ def test_required_gpu_presets() -> None:
 
 
 def test_unknown_presets_list_the_known_ones() -> None:
-    with pytest.raises(SpecError, match="h100-sxm"):
+    with pytest.raises(SpecError, match="h100-sxm") as caught:
         resolve_gpu("h300")
-    with pytest.raises(SpecError, match=r"llama-3\.1-8b"):
+    assert caught.value.field == "gpu"
+    with pytest.raises(SpecError, match=r"llama-3\.1-8b") as caught:
         resolve_model("no-such-model")
-    with pytest.raises(SpecError, match="bfloat16"):
+    assert caught.value.field == "model"
+    with pytest.raises(SpecError, match="bfloat16") as caught:
         dtype_bytes("float12")
+    assert caught.value.field == "dtype"
 
 
 def test_custom_gpu_rejects_non_positive() -> None:
     assert custom_gpu(100, 1.0, 24).peak_flops == 100e12
-    with pytest.raises(SpecError, match="--bandwidth-tbs"):
+    with pytest.raises(SpecError, match="must be a positive number, got 0") as caught:
         custom_gpu(100, 0, 24)
+    assert caught.value.field == "bandwidth_tbs"
 
 
 def test_config_json_file_and_folder(tmp_path: Path) -> None:
@@ -88,8 +92,9 @@ def test_config_json_file_and_folder(tmp_path: Path) -> None:
 
 def test_config_json_missing_field_is_named(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 64, "num_attention_heads": 4}))
-    with pytest.raises(SpecError, match="num_hidden_layers"):
+    with pytest.raises(SpecError, match="num_hidden_layers") as caught:
         resolve_model(str(tmp_path))
+    assert caught.value.field == "model"
 
 
 def test_tied_embeddings_count_once() -> None:

@@ -128,7 +128,7 @@ def profile(
     Measured by vllm, sglang, sim (through their API) or torch (the model); analytic: presets.
     """
     for path in compare or ():  # refuse a bad --with before minutes of measuring
-        load_profile(path, option="--with")
+        load_profile(path, field="compare")
     config = ProfileConfig(
         model=model,
         engine=engine.strip().lower(),

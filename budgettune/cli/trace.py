@@ -66,8 +66,8 @@ def synth(
     """Write a seeded synthetic trace (Poisson or gamma arrivals, lengths from distributions)."""
     stats = synth_trace(
         output,
-        prompt_dist=parse_length_dist(prompt_dist, option="--prompt-dist"),
-        output_dist=parse_length_dist(output_dist, option="--output-dist"),
+        prompt_dist=parse_length_dist(prompt_dist, field="prompt_dist"),
+        output_dist=parse_length_dist(output_dist, field="output_dist"),
         rate_per_s=parse_positive_float(rate, field="--rate"),
         requests=requests,
         duration_s=parse_duration_s(duration, field="--duration") if duration else None,

@@ -54,7 +54,8 @@ def resolve_gpu(name: str) -> GPU:
     key = name.strip().lower()
     if key not in GPU_PRESETS:
         raise SpecError(
-            f"--gpu: unknown GPU preset {name!r}; known: {', '.join(GPU_PRESETS)}",
+            f"unknown GPU preset {name!r}; known: {', '.join(GPU_PRESETS)}",
+            field="gpu",
             hint="or describe it with --peak-tflops, --bandwidth-tbs and --memory-gb",
         )
     return GPU_PRESETS[key]
@@ -62,13 +63,13 @@ def resolve_gpu(name: str) -> GPU:
 
 def custom_gpu(peak_tflops: float, bandwidth_tbs: float, memory_gb: float) -> GPU:
     """A GPU from explicit figures (TFLOP/s, TB/s, GB); each must be positive."""
-    for option, value in (
-        ("--peak-tflops", peak_tflops),
-        ("--bandwidth-tbs", bandwidth_tbs),
-        ("--memory-gb", memory_gb),
+    for field, value in (
+        ("peak_tflops", peak_tflops),
+        ("bandwidth_tbs", bandwidth_tbs),
+        ("memory_gb", memory_gb),
     ):
         if not value > 0:
-            raise SpecError(f"{option}: must be a positive number, got {value!r}")
+            raise SpecError(f"must be a positive number, got {value!r}", field=field)
     return GPU("custom", peak_tflops * _TB, bandwidth_tbs * _TB, memory_gb * _GB)
 
 
@@ -90,7 +91,7 @@ def dtype_bytes(dtype: str) -> float:
     """Bytes per element of a dtype name ("bfloat16" -> 2). Raises SpecError for unknown names."""
     key = dtype.strip().lower()
     if key not in DTYPE_BYTES:
-        raise SpecError(f"--dtype: unknown dtype {dtype!r}; known: {', '.join(DTYPE_BYTES)}")
+        raise SpecError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPE_BYTES)}", field="dtype")
     return DTYPE_BYTES[key]
 
 
@@ -171,8 +172,9 @@ def resolve_model(name_or_path: str) -> ModelShape:
     if path.is_file():
         return load_model_shape(path)
     raise SpecError(
-        f"--model: {name_or_path!r} is neither a preset nor a config.json or model folder; "
+        f"{name_or_path!r} is neither a preset nor a config.json or model folder; "
         f"presets: {', '.join(MODEL_PRESETS)}",
+        field="model",
     )
 
 
@@ -181,7 +183,7 @@ def load_model_shape(config_path: Path) -> ModelShape:
     try:
         config = json.loads(config_path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
-        raise SpecError(f"--model: cannot read {config_path}: {exc}") from None
+        raise SpecError(f"cannot read {config_path}: {exc}", field="model") from None
     if isinstance(config.get("text_config"), dict):  # multimodal wrappers keep the LM inside
         config = {**config, **config["text_config"]}
 
@@ -189,7 +191,7 @@ def load_model_shape(config_path: Path) -> ModelShape:
         for key in keys:
             if config.get(key) is not None:
                 return int(config[key])
-        raise SpecError(f"--model: {config_path}: missing field {keys[0]!r}")
+        raise SpecError(f"{config_path}: missing field {keys[0]!r}", field="model")
 
     hidden = need("hidden_size", "n_embd", "d_model")
     heads = need("num_attention_heads", "n_head")

@@ -160,7 +160,9 @@ class StepFit:
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
-            raise SpecError(f"profile: step fit mode must be one of {MODES}, got {self.mode!r}")
+            raise SpecError(
+                f"step fit mode must be one of {MODES}, got {self.mode!r}", field="profile"
+            )
 
 
 @dataclass(slots=True, frozen=True)
@@ -190,12 +192,13 @@ class Profile:
 def profile_step_model(profile: Profile) -> StepModel:
     """The StepModel a profile calibrates: shape from the model, F, B, t0, mode from the fit.
 
-    Raises SpecError when the profile holds no step fit (a partial profile).
+    Raises SpecError on field ``profile`` when the profile holds no step fit (a partial one).
     """
     if profile.step is None:
         raise SpecError(
-            "--profile: this profile has no step-time fit (it is partial: "
-            f"{profile.error or 'measurement incomplete'}); measure again"
+            "this profile has no step-time fit (it is partial: "
+            f"{profile.error or 'measurement incomplete'}); measure again",
+            field="profile",
         )
     shape = profile.model.shape
     return StepModel(
@@ -220,14 +223,18 @@ def profile_to_json(profile: Profile) -> dict[str, Any]:
     return _clean(asdict(profile))
 
 
-def profile_from_json(data: dict[str, Any], *, source: str = "profile") -> Profile:
-    """Rebuild a Profile; raises SpecError naming the file and the missing or bad field."""
+def profile_from_json(
+    data: dict[str, Any], *, source: str = "profile", field: str = "profile"
+) -> Profile:
+    """Rebuild a Profile; raises SpecError on ``field`` (the option that named the file) naming
+    the file and the missing or bad key."""
     try:
         version = int(data["schema_version"])
         if version > SCHEMA_VERSION:
             raise SpecError(
-                f"--profile: {source}: schema_version {version} is newer than this budgettune "
-                f"reads ({SCHEMA_VERSION}); upgrade budgettune"
+                f"{source}: schema_version {version} is newer than this budgettune "
+                f"reads ({SCHEMA_VERSION}); upgrade budgettune",
+                field=field,
             )
         model = data["model"]
         shape = ModelShape(**model["shape"])
@@ -268,7 +275,7 @@ def profile_from_json(data: dict[str, Any], *, source: str = "profile") -> Profi
     except SpecError:
         raise
     except (KeyError, TypeError, ValueError) as exc:
-        raise SpecError(f"--profile: {source}: not a budgettune profile ({exc!r})") from None
+        raise SpecError(f"{source}: not a budgettune profile ({exc!r})", field=field) from None
 
 
 def _step_from_json(step: dict[str, Any]) -> StepFit:
@@ -295,18 +302,21 @@ def save_profile(profile: Profile, path: Path) -> Path:
     return csv_path
 
 
-def load_profile(path: Path | str, *, option: str = "--profile") -> Profile:
-    """Read a profile JSON file. Raises SpecError (exit 2) naming ``option`` and the file."""
+def load_profile(path: Path | str, *, field: str = "profile") -> Profile:
+    """Read a profile JSON file. Raises SpecError (exit 2) on ``field`` (the option that named
+    the file, e.g. ``compare`` for ``--with``) naming the file."""
     path = Path(path)
     try:
         data = json.loads(path.read_text())
     except OSError as exc:
-        raise SpecError(f"{option}: cannot read {path}: {exc.strerror or exc}") from None
+        raise SpecError(f"cannot read {path}: {exc.strerror or exc}", field=field) from None
     except json.JSONDecodeError as exc:
-        raise SpecError(f"{option}: {path}: not JSON ({exc})") from None
+        raise SpecError(f"{path}: not JSON ({exc})", field=field) from None
     if not isinstance(data, dict):
-        raise SpecError(f"{option}: {path}: not a budgettune profile (top level is not an object)")
-    return profile_from_json(data, source=str(path))
+        raise SpecError(
+            f"{path}: not a budgettune profile (top level is not an object)", field=field
+        )
+    return profile_from_json(data, source=str(path), field=field)
 
 
 def write_curve_csv(profile: Profile, path: Path) -> None:

@@ -29,22 +29,23 @@ def kv_capacity_blocks(
 ) -> int:
     """KV blocks that fit beside the weights on ``tensor_parallel`` GPUs.
 
-    Raises SpecError naming --gpu-memory-utilization when the weights alone do not fit.
+    Raises SpecError on field ``gpu_memory_utilization`` when the weights alone do not fit.
     """
     if not 0 < gpu_memory_utilization <= 1:
         raise SpecError(
-            f"--gpu-memory-utilization: must be in (0, 1], got {gpu_memory_utilization!r}"
+            f"must be in (0, 1], got {gpu_memory_utilization!r}", field="gpu_memory_utilization"
         )
     if block_size < 1:
-        raise SpecError(f"--block-size: must be positive, got {block_size!r}")
+        raise SpecError(f"must be positive, got {block_size!r}", field="block_size")
     usable_bytes = gpu.memory_bytes * tensor_parallel * gpu_memory_utilization
     free_bytes = usable_bytes - model.weight_bytes
     blocks = int(free_bytes // (model.kv_bytes_per_token * block_size))
     if blocks < 1:
         raise SpecError(
-            f"--gpu-memory-utilization: {gpu_memory_utilization} x {tensor_parallel} x "
+            f"{gpu_memory_utilization} x {tensor_parallel} x "
             f"{gpu.memory_bytes / 1e9:.0f} GB leaves no room for the KV cache beside "
             f"{model.weight_bytes / 1e9:.1f} GB of weights",
+            field="gpu_memory_utilization",
             hint="use a larger GPU, more --tensor-parallel, or a smaller --dtype",
         )
     return blocks

@@ -72,29 +72,30 @@ class SchedulerConfig:
 
     def __post_init__(self) -> None:
         if self.budget_tokens is not None and self.budget_tokens < 1:
-            raise SpecError(f"--budgets: a budget must be positive, got {self.budget_tokens}")
+            raise SpecError(f"a budget must be positive, got {self.budget_tokens}", field="budgets")
         if self.max_num_seqs < 1:
-            raise SpecError(f"--max-num-seqs: must be positive, got {self.max_num_seqs}")
+            raise SpecError(f"must be positive, got {self.max_num_seqs}", field="max_num_seqs")
         if self.block_size < 1:
-            raise SpecError(f"--block-size: must be positive, got {self.block_size}")
+            raise SpecError(f"must be positive, got {self.block_size}", field="block_size")
         if self.kv_capacity_blocks < 1:
             raise SpecError(f"KV capacity must be at least 1 block, got {self.kv_capacity_blocks}")
         if self.long_prefill_token_threshold < 0:
             raise SpecError(
-                "--long-prefill-token-threshold: must be 0 (off) or positive, "
-                f"got {self.long_prefill_token_threshold}"
+                f"must be 0 (off) or positive, got {self.long_prefill_token_threshold}",
+                field="long_prefill_token_threshold",
             )
         if self.block_aligned_chunks and self.budget_tokens is not None:
             # Same rule as vLLM: aligned chunks need a budget of whole blocks, else no chunk fits.
             if self.budget_tokens % self.block_size:
                 raise SpecError(
-                    f"--budgets: {self.budget_tokens} is not a multiple of the block size "
-                    f"{self.block_size}, required with block-aligned chunks"
+                    f"{self.budget_tokens} is not a multiple of the block size "
+                    f"{self.block_size}, required with block-aligned chunks",
+                    field="budgets",
                 )
             if 0 < self.long_prefill_token_threshold < self.block_size:
                 raise SpecError(
-                    "--long-prefill-token-threshold: must be at least the block size "
-                    f"{self.block_size} with block-aligned chunks"
+                    f"must be at least the block size {self.block_size} with block-aligned chunks",
+                    field="long_prefill_token_threshold",
                 )
 
     @property

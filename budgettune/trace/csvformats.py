@@ -57,7 +57,7 @@ def _read_csv(path: str, roles: dict[str, str], optional: frozenset[str] = froze
     group = column("prefix_group", np.int64)
     tokens = column("prefix_tokens", np.int64)
     if (group is None) != (tokens is None):
-        raise SpecError("--columns: prefix_group and prefix_tokens go together; name both")
+        raise SpecError("prefix_group and prefix_tokens go together; name both", field="columns")
     prompt, output = column("prompt", np.int64), column("output", np.int64)
     assert prompt is not None and output is not None
     return RawRows(
@@ -102,26 +102,31 @@ _DEFAULT_COLUMNS = "arrival=arrival_s,prompt=prompt_tokens,output=output_tokens"
 
 
 def parse_columns(spec: str) -> dict[str, str]:
-    """Parse ``--columns arrival=ts,prompt=in,output=out`` into role -> column name."""
+    """Parse ``arrival=ts,prompt=in,output=out`` into role -> column name (SpecError on field
+    ``columns``)."""
     roles: dict[str, str] = {}
     for part in filter(None, (p.strip() for p in spec.split(","))):
         role, eq, name = (s.strip() for s in part.partition("="))
         if not eq or not name:
-            raise SpecError(f"--columns: {part!r} is not ROLE=COLUMN (e.g. {_DEFAULT_COLUMNS})")
+            raise SpecError(
+                f"{part!r} is not ROLE=COLUMN (e.g. {_DEFAULT_COLUMNS})", field="columns"
+            )
         if role not in COLUMN_ROLES:
             raise SpecError(
-                f"--columns: unknown role {role!r}; roles are {', '.join(COLUMN_ROLES)}"
+                f"unknown role {role!r}; roles are {', '.join(COLUMN_ROLES)}", field="columns"
             )
         if role in roles:
-            raise SpecError(f"--columns: role {role!r} given twice")
+            raise SpecError(f"role {role!r} given twice", field="columns")
         roles[role] = name
     for required in ("prompt", "output"):
         if required not in roles:
             raise SpecError(
-                f"--columns: {spec!r} names no {required} column (e.g. {_DEFAULT_COLUMNS})"
+                f"{spec!r} names no {required} column (e.g. {_DEFAULT_COLUMNS})", field="columns"
             )
     if "arrival" in roles and "arrival_ms" in roles:
-        raise SpecError("--columns: give arrival (seconds or timestamps) or arrival_ms, not both")
+        raise SpecError(
+            "give arrival (seconds or timestamps) or arrival_ms, not both", field="columns"
+        )
     return roles
 
 

@@ -46,22 +46,22 @@ class LengthDist:
         return np.clip(np.rint(values), self.min_tokens, upper).astype(np.int64)
 
 
-def parse_length_dist(spec: str, *, option: str = "--prompt-dist") -> LengthDist:
-    """Parse a spec string; raises SpecError naming ``option`` and showing a valid example."""
+def parse_length_dist(spec: str, *, field: str = "prompt_dist") -> LengthDist:
+    """Parse a spec string; raises SpecError on ``field`` showing a valid example."""
     text = str(spec).strip()
     kind, _, rest = text.partition(":")
     kind = kind.strip().lower()
     if kind not in _KNOWN:
         examples = "; ".join(example for _, example in _KNOWN.values())
-        raise SpecError(f"{option}: unknown distribution {spec!r}; use one of: {examples}")
+        raise SpecError(f"unknown distribution {spec!r}; use one of: {examples}", field=field)
     allowed, example = _KNOWN[kind]
     if kind == "fixed":
         try:
             value = int(rest)
         except ValueError:
-            raise SpecError(f"{option}: {spec!r}: expected e.g. {example}") from None
+            raise SpecError(f"{spec!r}: expected e.g. {example}", field=field) from None
         if value < 1:
-            raise SpecError(f"{option}: {spec!r}: length must be at least 1")
+            raise SpecError(f"{spec!r}: length must be at least 1", field=field)
         return LengthDist("fixed", mean=value, min_tokens=value, max_tokens=value, spec=text)
     params: dict[str, float] = {}
     for part in filter(None, (p.strip() for p in rest.split(","))):
@@ -69,22 +69,25 @@ def parse_length_dist(spec: str, *, option: str = "--prompt-dist") -> LengthDist
         key = key.strip()
         if not eq or key not in allowed:
             raise SpecError(
-                f"{option}: {spec!r}: unknown parameter {key!r}; "
+                f"{spec!r}: unknown parameter {key!r}; "
                 f"{kind} takes {', '.join(sorted(allowed))} (e.g. {example})",
+                field=field,
             )
         try:
             params[key] = float(value_text)
         except ValueError:
-            raise SpecError(f"{option}: {spec!r}: {key}={value_text!r} is not a number") from None
+            raise SpecError(
+                f"{spec!r}: {key}={value_text!r} is not a number", field=field
+            ) from None
         if not math.isfinite(params[key]) or params[key] <= 0:
-            raise SpecError(f"{option}: {spec!r}: {key} must be positive")
+            raise SpecError(f"{spec!r}: {key} must be positive", field=field)
     min_tokens = int(params.get("min", 1))
     max_tokens = int(params["max"]) if "max" in params else None
     if max_tokens is not None and max_tokens < min_tokens:
-        raise SpecError(f"{option}: {spec!r}: max must be at least min")
+        raise SpecError(f"{spec!r}: max must be at least min", field=field)
     if kind == "uniform":
         if max_tokens is None:
-            raise SpecError(f"{option}: {spec!r}: uniform needs max (e.g. {example})")
+            raise SpecError(f"{spec!r}: uniform needs max (e.g. {example})", field=field)
         return LengthDist(
             "uniform",
             mean=(min_tokens + max_tokens) / 2,
@@ -93,7 +96,7 @@ def parse_length_dist(spec: str, *, option: str = "--prompt-dist") -> LengthDist
             spec=text,
         )
     if "mean" not in params:
-        raise SpecError(f"{option}: {spec!r}: lognormal needs mean (e.g. {example})")
+        raise SpecError(f"{spec!r}: lognormal needs mean (e.g. {example})", field=field)
     return LengthDist(
         "lognormal",
         mean=params["mean"],

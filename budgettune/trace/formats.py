@@ -85,7 +85,7 @@ def get_format(name: str) -> TraceFormat:
     key = name.strip().lower()
     if key not in FORMATS:
         raise SpecError(
-            f"--format: unknown trace format {name!r}; known formats: {', '.join(FORMATS)}"
+            f"unknown trace format {name!r}; known formats: {', '.join(FORMATS)}", field="format"
         )
     return FORMATS[key]
 

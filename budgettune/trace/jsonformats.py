@@ -12,7 +12,7 @@ import numpy as np
 
 from budgettune.core.errors import TraceError
 from budgettune.trace.blocks import iter_line_blocks, open_trace_file
-from budgettune.trace.schema import IntArray, RawRows
+from budgettune.trace.schema import IntArray, RawRows, RowLocation
 
 MOONCAKE_BLOCK_TOKENS = 512
 
@@ -50,7 +50,7 @@ def _iter_json_objects(path: str) -> Iterator[tuple[list[dict[str, Any]], IntArr
 
 
 def _json_numbers(
-    values: list[Any], where: Callable[[int], dict[str, Any]], path: str, *, whole: bool
+    values: list[Any], where: Callable[[int], RowLocation], path: str, *, whole: bool
 ) -> np.ndarray:
     """A list of JSON numbers to int64 (``whole``) or float64; TraceError at the first bad one."""
     try:
@@ -71,20 +71,20 @@ def _json_numbers(
         return array.astype(np.int64 if whole else np.float64)
     for i, value in enumerate(values):
         if value is None:
-            raise TraceError("missing (or null)", path=path, **where(i))
+            raise where(i).error("missing (or null)", path)
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise TraceError(f"{value!r} is not a number", path=path, **where(i))
+            raise where(i).error(f"{value!r} is not a number", path)
         if isinstance(value, int) and abs(value) >= 2**62:
-            raise TraceError(f"{value!r} is too large", path=path, **where(i))
+            raise where(i).error(f"{value!r} is too large", path)
         if not np.isfinite(value) or (whole and value != int(value)):
-            raise TraceError(f"{value!r} is not a whole number of tokens", path=path, **where(i))
+            raise where(i).error(f"{value!r} is not a whole number of tokens", path)
         if abs(value) >= 2**62:
-            raise TraceError(f"{value!r} is too large", path=path, **where(i))
+            raise where(i).error(f"{value!r} is too large", path)
     raise AssertionError("unreachable: numpy refused a list every value of which is a number")
 
 
-def _lines_where(lines: IntArray, field_name: str) -> Callable[[int], dict[str, Any]]:
-    return lambda i: {"line": int(lines[i]), "field": field_name}
+def _lines_where(lines: IntArray, field_name: str) -> Callable[[int], RowLocation]:
+    return lambda i: RowLocation(int(lines[i]), field_name)
 
 
 def read_budgettune(path: str, columns: str | None) -> RawRows:
@@ -228,8 +228,8 @@ def read_vllm_bench(path: str, columns: str | None) -> RawRows:
             raise TraceError(f"expected a list as long as input_lens ({n})", path=path, field=name)
     index = np.arange(n, dtype=np.int64)
 
-    def where(name: str) -> Callable[[int], dict[str, Any]]:
-        return lambda i: {"line": None, "field": f"{name}[{i}]"}
+    def where(name: str) -> Callable[[int], RowLocation]:
+        return lambda i: RowLocation(None, f"{name}[{i}]")
 
     rows = RawRows(
         prompt=_json_numbers(document["input_lens"], where("input_lens"), path, whole=True),

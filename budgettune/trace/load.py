@@ -40,11 +40,13 @@ def load_trace(
     """
     name = str(path)
     if on_long not in ON_LONG:
-        raise SpecError(f"--on-long: unknown value {on_long!r}; use one of {', '.join(ON_LONG)}")
+        raise SpecError(
+            f"unknown value {on_long!r}; use one of {', '.join(ON_LONG)}", field="on_long"
+        )
     if max_model_len is not None and max_model_len < 2:
-        raise SpecError(f"--max-model-len: must be at least 2 tokens, got {max_model_len}")
+        raise SpecError(f"must be at least 2 tokens, got {max_model_len}", field="max_model_len")
     if columns is not None and format is not None and format.strip().lower() != "csv":
-        raise SpecError(f"--columns: applies to --format csv only, not --format {format}")
+        raise SpecError(f"applies to --format csv only, not --format {format}", field="columns")
     fmt = get_format(format or ("csv" if columns is not None else detect_format(name)))
     rows = fmt.read(name, columns)
     warnings: list[str] = []
@@ -63,8 +65,7 @@ def load_trace(
         count = int(zero_output.sum())
         rows.skipped.append(("zero output tokens", count))
         first = rows.where(int(np.argmax(zero_output)), rows.output_field)
-        where = f"line {first['line']}" if first["line"] is not None else first["field"]
-        warn(f"{name}: skipped {plural(count, 'row')} with zero output tokens (first at {where})")
+        warn(f"{name}: skipped {plural(count, 'row')} with zero output tokens (first at {first})")
         rows.keep(~zero_output)
     if len(rows.prompt) == 0:
         skipped = sum(count for _, count in rows.skipped)
@@ -105,10 +106,8 @@ def _check_lengths(rows: RawRows, path: str) -> None:
         if len(bad):
             i = int(bad[0])
             what = "negative" if values[i] < 0 else "zero"
-            raise TraceError(
-                f"token count must be at least 1, got {int(values[i])} ({what})",
-                path=path,
-                **rows.where(i, field),
+            raise rows.where(i, field).error(
+                f"token count must be at least 1, got {int(values[i])} ({what})", path
             )
     if rows.prefix_group is not None and rows.prefix_tokens is not None:
         group, tokens = rows.prefix_group, rows.prefix_tokens
@@ -123,7 +122,7 @@ def _check_lengths(rows: RawRows, path: str) -> None:
             if len(bad):
                 i = int(bad[0])
                 got = int(group[i] if field == "prefix_group" else tokens[i])
-                raise TraceError(f"{message} (got {got})", path=path, **rows.where(i, field))
+                raise rows.where(i, field).error(f"{message} (got {got})", path)
 
 
 def _apply_max_model_len(
@@ -139,18 +138,18 @@ def _apply_max_model_len(
         return 0, 0
     if on_long == "error":
         i = int(np.argmax(too_long))
-        raise TraceError(
+        raise rows.where(i, rows.prompt_field).error(
             f"prompt {int(rows.prompt[i])} + output {int(rows.output[i])} tokens exceed "
-            f"--max-model-len {max_model_len} ({count:,} such requests)",
-            path=path,
-            **rows.where(i, rows.prompt_field),
+            f"max_model_len {max_model_len} ({count:,} such requests)",
+            path,
             hint="pass --on-long clip or --on-long drop, or a larger --max-model-len",
         )
     if on_long == "drop":
         rows.keep(~too_long)
         if len(rows.prompt) == 0:
             raise TraceError(
-                f"every request exceeds --max-model-len {max_model_len}; nothing left", path=path
+                f"every request exceeds max_model_len {max_model_len}; nothing left",
+                path=path,
             )
         return 0, count
     rows.prompt, rows.output = clip_to_context(rows.prompt, rows.output, max_model_len)
@@ -186,20 +185,18 @@ def _order(rows: RawRows, path: str, strict: bool, warn: Warn) -> int:
         i = int(backwards[0]) + 1
         where = rows.where(i, rows.arrival_field)
         before = rows.where(i - 1, rows.arrival_field)
-        earlier_than = f"line {before['line']}" if before["line"] is not None else before["field"]
         message = (
             f"timestamp goes backwards by {arrival[i - 1] - arrival[i]:.6f} s "
-            f"(earlier than {earlier_than})"
+            f"(earlier than {before})"
         )
         if strict:
-            raise TraceError(
+            raise where.error(
                 f"{message}; {plural(count, 'row')} out of order",
-                path=path,
-                **where,
+                path,
                 hint="sort the file by time, or drop --strict to have it sorted on load",
             )
-        at = f"{path}:{where['line']}" if where["line"] is not None else f"{path} {where['field']}"
-        warn(f"{at}: {message}; {plural(count, 'row')} out of order, sorted by time")
+        out_of_order = f"{plural(count, 'row')} out of order"
+        warn(f"{where.in_file(path)}: {message}; {out_of_order}, sorted by time")
         order = np.argsort(arrival, kind="stable")
         rows.keep(order)
         arrival = rows.arrival_s

@@ -44,20 +44,28 @@ class ReplayOptions:
 
 
 def parse_window(text: str) -> tuple[float, float]:
-    """Parse ``--window START:END`` (durations: "600:1200", "10m:20m", ":5m", "1h:") into
-    seconds; an open end is infinite."""
+    """Parse a window ``START:END`` (durations: "600:1200", "10m:20m", ":5m", "1h:") into
+    seconds; an open end is infinite. Raises SpecError on field ``window``."""
     start_text, colon, end_text = str(text).partition(":")
     if not colon:
         raise SpecError(
-            f"--window: {text!r} is not START:END (e.g. 10m:20m, or :300 for the start)"
+            f"{text!r} is not START:END (e.g. 10m:20m, or :300 for the start)", field="window"
         )
     start = 0.0
     if start_text.strip() and _float_or_none(start_text) != 0.0:
-        start = parse_duration_s(start_text, field="--window start")
-    end = parse_duration_s(end_text, field="--window end") if end_text.strip() else float("inf")
+        start = _window_bound(start_text, "start")
+    end = _window_bound(end_text, "end") if end_text.strip() else float("inf")
     if not end > start:
-        raise SpecError(f"--window: end must come after start, got {text!r}")
+        raise SpecError(f"end must come after start, got {text!r}", field="window")
     return start, end
+
+
+def _window_bound(text: str, which: str) -> float:
+    """One end of a window in seconds; the error says which end it is."""
+    try:
+        return parse_duration_s(text, field="window")
+    except SpecError as error:
+        raise SpecError(f"{which}: {error.message}", field="window") from None
 
 
 def _float_or_none(text: str) -> float | None:
@@ -74,22 +82,25 @@ def _resolve_mode(trace: Trace, options: ReplayOptions) -> str:
             return "recorded"
         if options.rate_per_s is None:
             raise SpecError(
-                f"--rate: {trace.source or 'the trace'} has no timestamps; give --rate R for "
-                "Poisson arrivals (or --arrivals gamma --rate R --burstiness B)"
+                f"{trace.source or 'the trace'} has no timestamps; give --rate R for "
+                "Poisson arrivals (or --arrivals gamma --rate R --burstiness B)",
+                field="rate",
             )
         return "poisson"
     mode = mode.strip().lower()
     if mode not in ARRIVALS:
         raise SpecError(
-            f"--arrivals: unknown mode {options.arrivals!r}; use one of {', '.join(ARRIVALS)}"
+            f"unknown mode {options.arrivals!r}; use one of {', '.join(ARRIVALS)}",
+            field="arrivals",
         )
     if mode == "recorded" and not trace.has_arrivals:
         raise SpecError(
-            f"--arrivals recorded: {trace.source or 'the trace'} has no timestamps; "
-            "use --arrivals poisson --rate R"
+            f"{trace.source or 'the trace'} has no timestamps to replay as recorded; "
+            "use --arrivals poisson --rate R",
+            field="arrivals",
         )
     if mode != "recorded" and options.rate_per_s is None:
-        raise SpecError(f"--rate: required with --arrivals {mode}")
+        raise SpecError(f"required with --arrivals {mode}", field="rate")
     return mode
 
 
@@ -99,11 +110,13 @@ def schedule_from_trace(trace: Trace, options: ReplayOptions) -> Schedule:
     mode = _resolve_mode(trace, options)
     check_burstiness(options.burstiness, mode)
     if options.time_scale != 1.0 and mode != "recorded":
-        raise SpecError("--time-scale: applies to --arrivals recorded only; use --rate instead")
+        raise SpecError(
+            "applies to --arrivals recorded only; use --rate instead", field="time_scale"
+        )
     if not options.time_scale > 0:
-        raise SpecError(f"--time-scale: must be positive, got {options.time_scale!r}")
+        raise SpecError(f"must be positive, got {options.time_scale!r}", field="time_scale")
     if options.requests is not None and options.requests <= 0:
-        raise SpecError(f"--requests: must be positive, got {options.requests!r}")
+        raise SpecError(f"must be positive, got {options.requests!r}", field="requests")
     source = _window(trace, options.window_s)
     if mode == "recorded":
         return _recorded(source, options)
@@ -128,13 +141,14 @@ def _window(trace: Trace, window_s: tuple[float, float] | None) -> Trace:
     if window_s is None:
         return trace
     if trace.arrival_s is None:
-        raise SpecError(f"--window: {trace.source or 'the trace'} has no timestamps to slice")
+        raise SpecError(f"{trace.source or 'the trace'} has no timestamps to slice", field="window")
     start, end = window_s
     inside = (trace.arrival_s >= start) & (trace.arrival_s < end)
     if not inside.any():
         raise SpecError(
-            f"--window: no requests arrive in [{start:g} s, {end:g} s); the trace spans "
-            f"0 to {float(trace.arrival_s[-1]):.1f} s"
+            f"no requests arrive in [{start:g} s, {end:g} s); the trace spans "
+            f"0 to {float(trace.arrival_s[-1]):.1f} s",
+            field="window",
         )
     return trace.take(inside)
 
@@ -145,19 +159,22 @@ def _recorded(source: Trace, options: ReplayOptions) -> Schedule:
     scale = options.time_scale
     if options.rate_per_s is not None:
         if scale != 1.0:
-            raise SpecError("--rate and --time-scale: give one of them for recorded arrivals")
+            raise SpecError(
+                "give --rate or --time-scale for recorded arrivals, not both", field="rate"
+            )
         if not options.rate_per_s > 0:
-            raise SpecError(f"--rate: must be positive, got {options.rate_per_s!r}")
+            raise SpecError(f"must be positive, got {options.rate_per_s!r}", field="rate")
         if len(times) < 2 or times[-1] <= 0:
-            raise SpecError("--rate: the recorded trace has no time span to rescale")
+            raise SpecError("the recorded trace has no time span to rescale", field="rate")
         scale = options.rate_per_s / ((len(times) - 1) / float(times[-1]))
     times = times / scale
     keep = len(times)
     if options.requests is not None:
         if options.requests > len(times):
             raise SpecError(
-                f"--requests: the recorded trace has only {len(times):,} requests "
-                f"(asked for {options.requests:,}); use --arrivals poisson to draw more"
+                f"the recorded trace has only {len(times):,} requests "
+                f"(asked for {options.requests:,}); use --arrivals poisson to draw more",
+                field="requests",
             )
         keep = options.requests
     if options.duration_s is not None:

@@ -45,11 +45,12 @@ class Schedule:
 
 
 def check_burstiness(burstiness: float, mode: str) -> None:
-    """``--burstiness`` shapes gamma arrivals only: with any other mode it would be silently
-    ignored, so it is refused (SpecError)."""
+    """Burstiness shapes gamma arrivals only: with any other mode it would be silently
+    ignored, so it is refused (SpecError on field ``burstiness``)."""
     if burstiness != 1.0 and mode != "gamma":
         raise SpecError(
-            f"--burstiness: applies to --arrivals gamma only, not {mode} (add --arrivals gamma)"
+            f"applies to --arrivals gamma only, not {mode} (add --arrivals gamma)",
+            field="burstiness",
         )
 
 
@@ -67,18 +68,20 @@ def arrival_times_s(
     so 1 is Poisson, below 1 burstier (CV = 1 / sqrt(burstiness)), above 1 more regular.
     """
     if not rate_per_s > 0:
-        raise SpecError(f"--rate: must be positive, got {rate_per_s!r}")
+        raise SpecError(f"must be positive, got {rate_per_s!r}", field="rate")
     if n <= 0:
         return np.empty(0)
     if process == "poisson":
         gaps = rng.exponential(1.0 / rate_per_s, size=n)
     elif process == "gamma":
         if not burstiness > 0:
-            raise SpecError(f"--burstiness: must be positive, got {burstiness!r}")
+            raise SpecError(f"must be positive, got {burstiness!r}", field="burstiness")
         shape = burstiness
         gaps = rng.gamma(shape, 1.0 / (rate_per_s * shape), size=n)
     else:
-        raise SpecError(f"--arrivals: unknown arrival process {process!r}; use poisson or gamma")
+        raise SpecError(
+            f"unknown arrival process {process!r}; use poisson or gamma", field="arrivals"
+        )
     gaps[0] = 0.0
     return np.cumsum(gaps)
 
@@ -95,7 +98,7 @@ def synthetic_schedule(
 ) -> Schedule:
     """A seeded schedule with lengths from two distributions and the given arrival process."""
     if requests <= 0:
-        raise SpecError(f"--requests: must be positive, got {requests!r}")
+        raise SpecError(f"must be positive, got {requests!r}", field="requests")
     rng = np.random.default_rng(seed)
     times = arrival_times_s(rng, requests, rate_per_s, process=process, burstiness=burstiness)
     return Schedule(
@@ -118,14 +121,16 @@ def bounded_arrival_times_s(
     ``duration_s``, or both bounds at once. With ``requests`` alone this equals
     :func:`arrival_times_s` for the same generator state."""
     if requests is None and duration_s is None:
-        raise SpecError("--requests or --duration: give at least one to bound the run")
+        raise SpecError(
+            "give at least one of --requests and --duration to bound the run", field="requests"
+        )
     if requests is not None and requests <= 0:
-        raise SpecError(f"--requests: must be positive, got {requests!r}")
+        raise SpecError(f"must be positive, got {requests!r}", field="requests")
     if duration_s is None:
         assert requests is not None
         return arrival_times_s(rng, requests, rate_per_s, process=process, burstiness=burstiness)
     if not duration_s > 0:
-        raise SpecError(f"--duration: must be positive, got {duration_s!r}")
+        raise SpecError(f"must be positive, got {duration_s!r}", field="duration")
     # draw in chunks until past the duration; the gaps after the first chunk continue from it
     chunk = max(64, int(rate_per_s * duration_s * 1.1) + 64)
     if requests is not None:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from budgettune.core.errors import TraceError
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -166,6 +167,27 @@ class LoadReport:
         return line
 
 
+@dataclass(slots=True, frozen=True)
+class RowLocation:
+    """Where a row sits in its file: its ``line``, or for a single JSON document (vllm-bench)
+    no line and the list index in the field's name (``input_lens[3]``)."""
+
+    line: int | None
+    field: str
+
+    def __str__(self) -> str:
+        """``line 12`` or ``input_lens[3]``, for warnings."""
+        return f"line {self.line}" if self.line is not None else self.field
+
+    def in_file(self, path: str) -> str:
+        """``trace.csv:12`` or ``bench.json input_lens[3]``."""
+        return f"{path}:{self.line}" if self.line is not None else f"{path} {self.field}"
+
+    def error(self, message: str, path: str, *, hint: str | None = None) -> TraceError:
+        """A TraceError about this row of ``path``."""
+        return TraceError(message, path=path, line=self.line, field=self.field, hint=hint)
+
+
 @dataclass(slots=True)
 class RawRows:
     """Columns as read, one entry per row, before the common checks. ``line_numbers`` holds the
@@ -184,11 +206,11 @@ class RawRows:
     skipped: list[tuple[str, int]] = field(default_factory=list)
     indexed: bool = False
 
-    def where(self, row: int, field_name: str) -> dict[str, Any]:
-        """TraceError keyword arguments locating ``row`` (an index into these arrays)."""
+    def where(self, row: int, field_name: str) -> RowLocation:
+        """Where ``row`` (an index into these arrays) is in the file, for ``field_name``."""
         if self.indexed:
-            return {"line": None, "field": f"{field_name}[{int(self.line_numbers[row])}]"}
-        return {"line": int(self.line_numbers[row]), "field": field_name}
+            return RowLocation(None, f"{field_name}[{int(self.line_numbers[row])}]")
+        return RowLocation(int(self.line_numbers[row]), field_name)
 
     def keep(self, mask: np.ndarray) -> None:
         """Keep only the rows where ``mask`` is true (in place)."""

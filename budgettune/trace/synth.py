@@ -36,12 +36,18 @@ def synthesize(
     one of G groups at random whose first ``prefix_tokens`` tokens (at most its prompt) are
     shared, like a system prompt."""
     if arrivals not in ("poisson", "gamma"):
-        raise SpecError(f"--arrivals: synthetic traces use poisson or gamma, not {arrivals!r}")
+        raise SpecError(
+            f"synthetic traces use poisson or gamma, not {arrivals!r}", field="arrivals"
+        )
     check_burstiness(burstiness, arrivals)
-    if prefix_groups < 0 or prefix_tokens < 0:
-        raise SpecError("--prefix-groups / --prefix-tokens: must not be negative")
+    for name, value in (("prefix_groups", prefix_groups), ("prefix_tokens", prefix_tokens)):
+        if value < 0:
+            raise SpecError(f"must not be negative, got {value}", field=name)
     if (prefix_groups > 0) != (prefix_tokens > 0):
-        raise SpecError("--prefix-groups and --prefix-tokens: give both (or neither)")
+        raise SpecError(
+            "give both --prefix-groups and --prefix-tokens (or neither)",
+            field="prefix_groups" if prefix_tokens > 0 else "prefix_tokens",
+        )
     rng = np.random.default_rng(seed)
     times = bounded_arrival_times_s(
         rng,

@@ -28,10 +28,12 @@ def test_capacity_llama_8b_on_h100() -> None:
 def test_capacity_errors() -> None:
     gpu = resolve_gpu("a100-40g")
     model = StepModel.from_hardware(resolve_model("llama-3.1-70b"), gpu)  # 141 GB of weights
-    with pytest.raises(SpecError, match=r"--gpu-memory-utilization: .* leaves no room"):
+    with pytest.raises(SpecError, match="leaves no room") as caught:
         kv_capacity_blocks(model, gpu)
-    with pytest.raises(SpecError, match="--gpu-memory-utilization"):
+    assert caught.value.field == "gpu_memory_utilization"
+    with pytest.raises(SpecError, match=r"must be in \(0, 1\]") as caught:
         kv_capacity_blocks(model, gpu, gpu_memory_utilization=1.5)
+    assert caught.value.field == "gpu_memory_utilization"
 
 
 def test_block_pool() -> None:

@@ -259,15 +259,25 @@ def test_schedule_and_commit_alternate() -> None:
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "message"),
+    ("kwargs", "field", "message"),
     [
-        ({"budget_tokens": 0}, "--budgets"),
-        ({"budget_tokens": 64, "max_num_seqs": 0}, "--max-num-seqs"),
-        ({"budget_tokens": 64, "block_size": 0}, "--block-size"),
-        ({"budget_tokens": 100, "block_aligned_chunks": True}, "multiple of the block size"),
-        ({"budget_tokens": 64, "long_prefill_token_threshold": -1}, "--long-prefill"),
+        ({"budget_tokens": 0}, "budgets", "must be positive"),
+        ({"budget_tokens": 64, "max_num_seqs": 0}, "max_num_seqs", "must be positive"),
+        ({"budget_tokens": 64, "block_size": 0}, "block_size", "must be positive"),
+        (
+            {"budget_tokens": 100, "block_aligned_chunks": True},
+            "budgets",
+            "multiple of the block size",
+        ),
+        (
+            {"budget_tokens": 64, "long_prefill_token_threshold": -1},
+            "long_prefill_token_threshold",
+            r"0 \(off\) or positive",
+        ),
     ],
 )
-def test_config_errors_name_the_option(kwargs: dict[str, object], message: str) -> None:
-    with pytest.raises(SpecError, match=message):
+def test_config_errors_name_the_field(kwargs: dict[str, object], field: str, message: str) -> None:
+    with pytest.raises(SpecError, match=message) as caught:
         SchedulerConfig(kv_capacity_blocks=10, **kwargs)  # type: ignore[arg-type]
+    assert caught.value.field == field
+    assert "--" not in caught.value.message  # the library names fields, the CLI names flags

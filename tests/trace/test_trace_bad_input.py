@@ -120,7 +120,7 @@ CASES = {
         "m.csv",
         AZURE_HEADER + ROW1 + ROW2 + ROW3,
         {"max_model_len": 400},
-        ["m.csv:2:", "prompt 374 + output 44 tokens exceed --max-model-len 400", "2 such"],
+        ["m.csv:2:", "prompt 374 + output 44 tokens exceed max_model_len 400", "2 such"],
     ),
     "prefix longer than prompt": (
         "n.jsonl",
@@ -211,13 +211,13 @@ def test_zero_output_rows_are_skipped_and_counted(tmp_path: Path) -> None:
 
 def test_option_errors_are_spec_errors(tmp_path: Path) -> None:
     path = write(tmp_path / "a.csv", AZURE_HEADER + ROW1)
-    with pytest.raises(SpecError, match="--on-long: unknown value 'trim'"):
+    with pytest.raises(SpecError, match="on_long: unknown value 'trim'"):
         load_trace(path, on_long="trim")
-    with pytest.raises(SpecError, match=r"--format: unknown trace format 'excel'.*azure"):
+    with pytest.raises(SpecError, match=r"format: unknown trace format 'excel'.*azure"):
         load_trace(path, format="excel")
-    with pytest.raises(SpecError, match="--columns: unknown role 'input'"):
+    with pytest.raises(SpecError, match="columns: unknown role 'input'"):
         load_trace(path, columns="input=ContextTokens,output=GeneratedTokens")
-    with pytest.raises(SpecError, match="--columns: applies to --format csv only"):
+    with pytest.raises(SpecError, match="columns: applies to --format csv only"):
         load_trace(path, format="azure", columns="prompt=a,output=b")
     with pytest.raises(TraceError, match="no such file"):
         load_trace(tmp_path / "absent.csv")

@@ -62,7 +62,7 @@ def test_requests_and_duration_bound_recorded() -> None:
     assert bounded.target_s.tolist() == [0.0, 0.5, 0.75]  # strictly before 2 s
     both = schedule_from_trace(trace, ReplayOptions(duration_s=2.1, requests=2))
     assert len(both) == 2
-    with pytest.raises(SpecError, match="--requests: the recorded trace has only 6"):
+    with pytest.raises(SpecError, match="requests: the recorded trace has only 6"):
         schedule_from_trace(trace, ReplayOptions(requests=7))
 
 
@@ -138,11 +138,11 @@ def test_lengths_only_trace_needs_a_rate() -> None:
         prompt_tokens=np.array([5, 6], dtype=np.int64),
         output_tokens=np.array([1, 2], dtype=np.int64),
     )
-    with pytest.raises(SpecError, match="has no timestamps; give --rate"):
+    with pytest.raises(SpecError, match=r"rate: .* has no timestamps; give --rate"):
         schedule_from_trace(trace, ReplayOptions())
-    with pytest.raises(SpecError, match="--arrivals recorded"):
+    with pytest.raises(SpecError, match=r"arrivals: .* no timestamps to replay as recorded"):
         schedule_from_trace(trace, ReplayOptions(arrivals="recorded"))
-    with pytest.raises(SpecError, match="--window"):
+    with pytest.raises(SpecError, match=r"window: .* no timestamps to slice"):
         schedule_from_trace(trace, ReplayOptions(rate_per_s=1.0, window_s=(0, 5)))
     assert len(schedule_from_trace(trace, ReplayOptions(rate_per_s=1.0, requests=9))) == 9
 
@@ -150,17 +150,21 @@ def test_lengths_only_trace_needs_a_rate() -> None:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        (ReplayOptions(arrivals="poisson"), "--rate: required with --arrivals poisson"),
-        (ReplayOptions(arrivals="uniform", rate_per_s=1), "--arrivals: unknown mode"),
-        (ReplayOptions(arrivals="poisson", rate_per_s=1, time_scale=2), "--time-scale"),
-        (ReplayOptions(rate_per_s=1, time_scale=2), "--rate and --time-scale"),
-        (ReplayOptions(window_s=(100.0, 200.0)), "no requests arrive in"),
+        (ReplayOptions(arrivals="poisson"), "rate: required with --arrivals poisson"),
+        (ReplayOptions(arrivals="uniform", rate_per_s=1), "arrivals: unknown mode"),
+        (
+            ReplayOptions(arrivals="poisson", rate_per_s=1, time_scale=2),
+            "time_scale: applies to --arrivals recorded only",
+        ),
+        (ReplayOptions(rate_per_s=1, time_scale=2), "rate: give --rate or --time-scale"),
+        (ReplayOptions(window_s=(100.0, 200.0)), "window: no requests arrive in"),
         # a burstiness the chosen arrivals would silently ignore
-        (ReplayOptions(burstiness=0.5), "--burstiness: applies to --arrivals gamma only"),
+        (ReplayOptions(burstiness=0.5), "burstiness: applies to --arrivals gamma only"),
         (ReplayOptions(arrivals="poisson", rate_per_s=1, burstiness=0.5), "not poisson"),
     ],
 )
 def test_contradictory_options(options: ReplayOptions, message: str) -> None:
+    # str(SpecError) is "field: message", so each match checks the field too.
     with pytest.raises(SpecError, match=message):
         schedule_from_trace(small_trace(), options)
 
@@ -170,9 +174,15 @@ def test_parse_window() -> None:
     assert parse_window(":300") == (0.0, 300.0)
     assert parse_window("0:1.5") == (0.0, 1.5)
     assert parse_window("1h:") == (3600.0, float("inf"))
-    for bad in ("300", "20m:10m", "a:b"):
-        with pytest.raises(SpecError, match="--window"):
+    for bad, message in (
+        ("300", "is not START:END"),
+        ("20m:10m", "end must come after start"),
+        ("a:b", "start: cannot read 'a' as a duration"),
+        ("0:b", "end: cannot read 'b' as a duration"),
+    ):
+        with pytest.raises(SpecError, match=message) as caught:
             parse_window(bad)
+        assert caught.value.field == "window"
 
 
 def test_azure_recorded_replay_keeps_its_rate_and_scales(azure_slice: Path) -> None:

@@ -21,7 +21,7 @@ OUTPUT = "lognormal:mean=250"
 
 
 def test_synth_matches_synthetic_schedule_for_the_same_seed() -> None:
-    prompt, output = parse_length_dist(PROMPT), parse_length_dist(OUTPUT, option="--output-dist")
+    prompt, output = parse_length_dist(PROMPT), parse_length_dist(OUTPUT, field="output_dist")
     trace = synthesize(prompt_dist=prompt, output_dist=output, rate_per_s=16, requests=300, seed=5)
     schedule = synthetic_schedule(
         prompt_dist=prompt, output_dist=output, rate_per_s=16, requests=300, seed=5
@@ -80,9 +80,10 @@ def test_synth_gamma_duration_and_prefix_groups() -> None:
 
 def test_synth_errors() -> None:
     dist = parse_length_dist("fixed:8")
-    with pytest.raises(SpecError, match="--prefix-groups and --prefix-tokens"):
+    with pytest.raises(SpecError, match="give both --prefix-groups and --prefix-tokens") as caught:
         synthesize(prompt_dist=dist, output_dist=dist, rate_per_s=1, requests=5, prefix_groups=2)
-    with pytest.raises(SpecError, match="--requests or --duration"):
+    assert caught.value.field == "prefix_tokens"  # the one missing
+    with pytest.raises(SpecError, match="requests: give at least one of --requests and --dur"):
         synthesize(prompt_dist=dist, output_dist=dist, rate_per_s=1)
     result = CliRunner().invoke(
         app, ["trace", "synth", "--rate", "1", "-o", "/nonexistent/dir/x.jsonl", "--requests", "3"]
@@ -137,7 +138,7 @@ def test_traffic_without_a_trace_is_synthetic() -> None:
         ({"rate": 1.0, "requests": 5, "strict": True}, "--strict: applies to --trace only"),
         ({"rate": -1.0, "requests": 5}, "--rate: must be a positive number"),
         ({"rate": 1.0, "duration": "soon"}, "--duration"),
-        ({"rate": 1.0, "requests": 5, "prompt_dist": "normal:1"}, "--prompt-dist"),
+        ({"rate": 1.0, "requests": 5, "prompt_dist": "normal:1"}, "prompt_dist: unknown distrib"),
     ],
 )
 def test_traffic_option_errors(kwargs: dict[str, object], message: str) -> None:
