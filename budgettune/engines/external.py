@@ -17,11 +17,11 @@ CHECK_TIMEOUT_S = 30.0
 
 
 def normalize_url(url: str) -> str:
-    """``http://host:port`` without a trailing slash or /v1. Raises UserError naming --url."""
+    """``http://host:port`` without a trailing slash or /v1. Raises UserError (field url)."""
     text = url.strip().rstrip("/")
     text = text.removesuffix("/v1")
     if not text.startswith(("http://", "https://")):
-        raise UserError(f"--url: expected http://HOST:PORT, got {url!r}")
+        raise UserError(f"expected http://HOST:PORT, got {url!r}", field="url")
     return text
 
 
@@ -35,7 +35,7 @@ class ExternalEngine:
         self, spec: LaunchSpec, on_progress: ProgressCallback | None
     ) -> AsyncIterator[EngineHandle]:
         if not spec.url:
-            raise UserError("--url: the external engine needs the server's URL")
+            raise UserError("the external engine needs the server's URL", field="url")
         url = normalize_url(spec.url)
         started = time.monotonic()
         if on_progress is not None:
@@ -51,11 +51,14 @@ class ExternalEngine:
                     version = str(response.json().get("version", "unknown"))
             except httpx.HTTPError as exc:
                 raise EngineError(
-                    f"cannot use --url {url}: {type(exc).__name__}: {exc}",
+                    f"cannot use {url}: {type(exc).__name__}: {exc}",
+                    field="url",
                     hint="is the server running and OpenAI-compatible (GET /v1/models)?",
                 ) from None
             except ValueError as exc:
-                raise EngineError(f"--url {url} answered with something not JSON: {exc}") from None
+                raise EngineError(
+                    f"{url} answered with something not JSON: {exc}", field="url"
+                ) from None
         if on_progress is not None:
             on_progress(StartProgress(self.name, "ready", time.monotonic() - started, url))
         yield EngineHandle(

@@ -98,7 +98,8 @@ def start_process(
         except OSError as exc:
             raise EngineError(
                 f"cannot start {command[0]!r}: {exc.strerror or exc}",
-                hint="check the engine command (--engine-cmd) and that it is installed",
+                field="engine_cmd",
+                hint="check the engine command and that it is installed",
             ) from None
 
 
@@ -274,7 +275,7 @@ async def launch_process(
     cannot start, exits during start, or is not ready within ``spec.health_timeout_s``.
     """
     if spec.port is not None and not port_is_free(spec.host, spec.port):
-        raise UserError(f"--port: {spec.host}:{spec.port} is already in use")
+        raise UserError(f"{spec.host}:{spec.port} is already in use", field="port")
     port = spec.port if spec.port is not None else free_port(spec.host)
     command = engine.command(spec, port)
     log_path = _log_file(spec, engine.name)

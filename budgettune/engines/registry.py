@@ -25,8 +25,9 @@ def engine_names() -> list[str]:
 
 
 def get_engine(name: str) -> Engine:
-    """The engine called ``name`` (case-insensitive). Raises SpecError listing valid names."""
+    """The engine called ``name`` (case-insensitive). Raises SpecError (field engine) listing the
+    valid names."""
     key = name.strip().lower()
     if key not in ENGINES:
-        raise SpecError(f"--engine: unknown engine {name!r}; known: {', '.join(ENGINES)}")
+        raise SpecError(f"unknown engine {name!r}; known: {', '.join(ENGINES)}", field="engine")
     return ENGINES[key]()

@@ -76,14 +76,14 @@ def check_passthrough(args: Sequence[str], managed: dict[str, str], engine: str)
     """Refuse pass-through flags budgettune sets itself (it would measure the wrong config).
 
     ``managed`` maps an engine flag to the budgettune option that sets it. Raises UserError
-    naming --engine-arg and the flag.
+    (field engine_arg) naming the flag.
     """
     for arg in args:
         flag = arg.split("=", 1)[0]
         if flag in managed:
             raise UserError(
-                f"--engine-arg: {flag} is set by budgettune for {engine} ({managed[flag]}); "
-                f"remove it from --engine-arg",
+                f"{flag} is set by budgettune for {engine} ({managed[flag]}); remove it",
+                field="engine_arg",
             )
 
 
@@ -143,7 +143,8 @@ def installed_version(
     if resolve_executable(command[0]) is None:
         raise EngineError(
             f"engine command not found: {command[0]!r}",
-            hint="install the engine, or point --engine-cmd at it, e.g. --engine-cmd "
+            field="engine_cmd",
+            hint="install the engine, or give the engine command where it is installed, e.g. "
             "'/path/to/venv/bin/python -m vllm.entrypoints.openai.api_server'",
         )
     interpreter = interpreter_of(command)
@@ -168,7 +169,8 @@ def installed_version(
         raise EngineError(
             f"{' '.join(interpreter)} cannot import {module} "
             f"(none of {', '.join(distributions)} is installed there)",
-            hint="point --engine-cmd at the environment the engine is installed in",
+            field="engine_cmd",
+            hint="give the engine command of the environment the engine is installed in",
         )
     if words[0] == "-":
         return unknown
@@ -184,8 +186,8 @@ def flag_error(error: EngineError, engine: str, version: str) -> EngineError:
         return EngineError(
             f"{engine} {version} does not accept {flags}",
             log_tail=tail,
-            hint="upgrade the engine, or drop that flag (from --engine-arg or the option that "
-            "sets it)",
+            hint="upgrade the engine, or drop that flag (from the pass-through engine arguments "
+            "or the option that sets it)",
         )
     invalid = _INVALID_CHOICE.findall(tail)
     if invalid:

@@ -50,9 +50,11 @@ def default_command() -> list[str]:
 
 def sglang_command(spec: LaunchSpec, port: int) -> list[str]:
     """The argument list for ``spec`` on ``port``. Raises UserError without a model or when
-    --engine-arg repeats a flag budgettune sets."""
+    the pass-through arguments (``spec.extra_args``) repeat a flag budgettune sets."""
     if not spec.model:
-        raise UserError("--model: the SGLang engine needs a model (a Hugging Face id or a folder)")
+        raise UserError(
+            "the SGLang engine needs a model (a Hugging Face id or a folder)", field="model"
+        )
     check_passthrough(spec.extra_args, MANAGED_FLAGS, "sglang")
     base = list(spec.engine_cmd) if spec.engine_cmd else default_command()
     cmd = [*base, "--model-path", spec.model, "--host", spec.host, "--port", str(port)]
@@ -120,7 +122,7 @@ class SglangEngine:
     ) -> contextlib.AbstractAsyncContextManager[EngineHandle]:
         """Start SGLang for ``spec`` (see :class:`budgettune.engines.base.Engine`).
 
-        Raises UserError for a missing model or a managed flag in --engine-arg, EngineError
+        Raises UserError for a missing model or a managed pass-through flag, EngineError
         when SGLang is missing, rejects a flag (named), exits during start, or is not healthy
         within ``spec.health_timeout_s`` (the CLI gives real engines 20 minutes), with its log tail.
         """

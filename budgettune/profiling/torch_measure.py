@@ -33,7 +33,8 @@ def import_torch() -> tuple[Any, Any]:
         import transformers
     except ImportError as exc:
         raise UserError(
-            f"--engine torch needs PyTorch and transformers ({exc.name} is missing)",
+            f"torch needs PyTorch and transformers ({exc.name} is missing)",
+            field="engine",
             hint="pip install 'budgettune[torch]'",
         ) from None
     return torch, transformers
@@ -49,9 +50,9 @@ def model_config(source: str, shape: ModelShape) -> dict[str, Any]:
         try:
             config: dict[str, Any] = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as exc:
-            raise SpecError(f"--model: cannot read {path}: {exc}") from None
+            raise SpecError(f"cannot read {path}: {exc}", field="model") from None
         if "model_type" not in config:
-            raise SpecError(f"--model: {path}: missing field 'model_type'")
+            raise SpecError(f"{path}: missing field 'model_type'", field="model")
         return config
     return {
         "model_type": "llama",
@@ -74,9 +75,9 @@ def resolve_device(torch: Any, device: str) -> str:
     if key == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if key.startswith("cuda") and not torch.cuda.is_available():
-        raise SpecError(f"--device: {device!r} asked for but torch sees no CUDA GPU")
+        raise SpecError(f"{device!r} asked for but torch sees no CUDA GPU", field="device")
     if key != "cpu" and not key.startswith("cuda"):
-        raise SpecError(f"--device: expected auto, cpu or cuda[:N], got {device!r}")
+        raise SpecError(f"expected auto, cpu or cuda[:N], got {device!r}", field="device")
     return key
 
 
@@ -87,8 +88,9 @@ def resolve_dtype(dtype: str, device: str) -> str:
         return "float32" if device == "cpu" else "bfloat16"
     if key not in _TORCH_DTYPES:
         raise SpecError(
-            f"--dtype: {dtype!r} is not one torch can run here; use one of "
-            f"auto, {', '.join(sorted(set(_TORCH_DTYPES)))}"
+            f"{dtype!r} is not one torch can run here; use one of "
+            f"auto, {', '.join(sorted(set(_TORCH_DTYPES)))}",
+            field="dtype",
         )
     return _TORCH_DTYPES[key]
 
@@ -163,7 +165,7 @@ class TorchTimer:
         self._torch = torch
         if threads is not None:
             if threads < 1:
-                raise SpecError(f"--threads: must be at least 1, got {threads}")
+                raise SpecError(f"must be at least 1, got {threads}", field="threads")
             # One thread is steadier on a shared CPU: OpenMP threads of a forward pass wait on
             # each other, so one descheduled thread stalls the whole pass.
             torch.set_num_threads(threads)
@@ -171,9 +173,9 @@ class TorchTimer:
         if not self.device.startswith("cuda") and gpu_name.strip().lower() != "auto":
             # The profile records the hardware that ran it: a CPU run is not a GPU's.
             raise SpecError(
-                f"--gpu: {gpu_name!r} names a GPU, but torch runs on the CPU here "
-                f"(--device {device})",
-                hint="leave --gpu at auto for a CPU profile, or use --device cuda",
+                f"{gpu_name!r} names a GPU, but torch runs on the CPU here (device {device!r})",
+                field="gpu_name",
+                hint="leave the GPU at auto for a CPU profile, or run on device cuda",
             )
         self.dtype = resolve_dtype(dtype, self.device)
         config_dict = model_config(source, shape)
@@ -185,7 +187,9 @@ class TorchTimer:
         try:
             config = transformers.AutoConfig.for_model(model_type, **config_dict)
         except (ValueError, TypeError) as exc:
-            raise SpecError(f"--model: transformers cannot build this config: {exc}") from None
+            raise SpecError(
+                f"transformers cannot build this config: {exc}", field="model"
+            ) from None
         self.vocab = int(config.vocab_size)
         self.max_positions = int(getattr(config, "max_position_embeddings", 0) or 0)
         torch.manual_seed(seed)
@@ -201,8 +205,9 @@ class TorchTimer:
         ]
         if not self._attention_modules:
             raise SpecError(
-                f"--model: model type {model_type!r} has no attention layers this path knows "
-                "(expected Llama-style q_proj/k_proj/v_proj)"
+                f"model type {model_type!r} has no attention layers this path knows "
+                "(expected Llama-style q_proj/k_proj/v_proj)",
+                field="model",
             )
         for module in self._attention_modules:
             module.budgettune_layout = self.layout

@@ -69,17 +69,17 @@ def test_vllm_command_module_form_baseline_and_prefix_caching() -> None:
 @pytest.mark.parametrize("flag", ["--max-num-batched-tokens", "--port", "-tp", "--dtype"])
 def test_vllm_refuses_managed_passthrough(flag: str) -> None:
     spec = LaunchSpec(model="/m", extra_args=(flag, "4"))
-    with pytest.raises(UserError, match=f"--engine-arg: {flag} is set by budgettune"):
+    with pytest.raises(UserError, match=rf"^engine_arg: {flag} is set by budgettune"):
         vllm_command(spec, 1)
     eq_form = LaunchSpec(model="/m", extra_args=(f"{flag}=4",))
-    with pytest.raises(UserError, match=f"--engine-arg: {flag} is set"):
+    with pytest.raises(UserError, match=rf"^engine_arg: {flag} is set"):
         vllm_command(eq_form, 1)
 
 
 def test_model_required() -> None:
-    with pytest.raises(UserError, match="--model: the vLLM engine needs a model"):
+    with pytest.raises(UserError, match=r"^model: the vLLM engine needs a model"):
         vllm_command(LaunchSpec(), 1)
-    with pytest.raises(UserError, match="--model: the SGLang engine needs a model"):
+    with pytest.raises(UserError, match=r"^model: the SGLang engine needs a model"):
         sglang_command(LaunchSpec(), 1)
 
 
@@ -104,7 +104,7 @@ def test_sglang_command() -> None:
     small = sglang_command(LaunchSpec(model="/m", budget_tokens=512, engine_cmd=("py",)), 1)
     assert small[small.index("--chunked-prefill-size") + 1] == "512"
     assert "--max-prefill-tokens" not in small  # 512 is under SGLang's own default cap
-    with pytest.raises(UserError, match="--engine-arg: --chunked-prefill-size"):
+    with pytest.raises(UserError, match=r"^engine_arg: --chunked-prefill-size"):
         sglang_command(LaunchSpec(model="/m", extra_args=("--chunked-prefill-size", "8")), 1)
 
 
@@ -163,7 +163,7 @@ def test_installed_version_reads_metadata(tmp_path: Path) -> None:
         [sys.executable, "-m", "pytest"], ("no-such-dist", "pytest"), "pytest"
     )
     assert (found.distribution, found.version) == ("pytest", pytest.__version__)
-    with pytest.raises(EngineError, match="cannot import nosuchengine"):
+    with pytest.raises(EngineError, match=r"^engine_cmd: .* cannot import nosuchengine"):
         installed_version([sys.executable, "-m", "x"], ("nosuchengine",), "nosuchengine")
     # A source checkout: importable through the engine's environment, no metadata.
     (tmp_path / "srcengine").mkdir()
@@ -173,7 +173,9 @@ def test_installed_version_reads_metadata(tmp_path: Path) -> None:
         {"PYTHONPATH": str(tmp_path)},
     )  # fmt: skip
     assert unknown.version == "unknown"
-    with pytest.raises(EngineError, match="engine command not found: 'no-such-vllm-binary'"):
+    with pytest.raises(
+        EngineError, match=r"^engine_cmd: engine command not found: 'no-such-vllm-binary'"
+    ):
         installed_version(["no-such-vllm-binary", "serve"], ("vllm",), "vllm")
 
 

@@ -224,15 +224,15 @@ def test_ports_free_taken_and_refused() -> None:
             async with SimEngine().launch(LaunchSpec(port=port)):
                 pass
 
-        with pytest.raises(UserError, match=f"--port: 127.0.0.1:{port} is already in use"):
+        with pytest.raises(UserError, match=rf"^port: 127.0.0.1:{port} is already in use"):
             asyncio.run(scenario())
 
 
 def test_registry_and_external_engine(tmp_path: Path) -> None:
-    with pytest.raises(SpecError, match="known: sim, external"):
+    with pytest.raises(SpecError, match=r"^engine: unknown engine 'tgi'; known: sim, external"):
         get_engine("tgi")
     assert normalize_url("http://h:1/v1/") == "http://h:1"
-    with pytest.raises(UserError, match="--url"):
+    with pytest.raises(UserError, match=r"^url: expected http://HOST:PORT, got 'localhost:8000'"):
         normalize_url("localhost:8000")
 
     async def scenario() -> tuple[str, str]:
@@ -250,7 +250,7 @@ def test_registry_and_external_engine(tmp_path: Path) -> None:
         async with ExternalEngine().launch(spec):
             pass
 
-    with pytest.raises(EngineError, match="cannot use --url"):
+    with pytest.raises(EngineError, match=r"^url: cannot use http://127.0.0.1:"):
         asyncio.run(refused())
 
 
