@@ -10,6 +10,7 @@ import math
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from budgettune import __version__
@@ -18,6 +19,17 @@ from budgettune.engines.embedded.http11 import Request, start_chunked, write_bod
 
 BYTES_PER_TEXT_TOKEN = 4  # the usual ~4 characters per token of English BPE text
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+
+
+@dataclass(slots=True, frozen=True)
+class Completion:
+    """A validated /v1/completions request: what the core needs to serve it."""
+
+    prompt_tokens: int
+    max_tokens: int
+    stream: bool
+    include_usage: bool  # stream_options.include_usage: a final usage chunk
+    continuous_usage: bool  # stream_options.continuous_usage_stats: usage in every chunk
 
 
 class ApiError(Exception):
@@ -29,6 +41,7 @@ class ApiError(Exception):
         self.kind = kind
 
     def document(self) -> dict[str, Any]:
+        """The JSON error body (the HTTP boundary)."""
         return {
             "object": "error",
             "message": str(self),
@@ -125,8 +138,8 @@ class SimApp:
             + "\n"
         )
 
-    def _parse(self, body_bytes: bytes) -> tuple[int, int, bool, bool, bool]:
-        """Validate a completion request: (prompt tokens, max tokens, stream, usage, continuous)."""
+    def _parse(self, body_bytes: bytes) -> Completion:
+        """Validate a completion request's JSON body; raises ApiError as vLLM would answer."""
         try:
             body = json.loads(body_bytes)
         except ValueError as exc:
@@ -159,26 +172,30 @@ class SimApp:
         reason = self.core.scheduler.rejection(prompt_tokens, max_tokens)
         if reason is not None:
             raise ApiError(f"The request cannot fit the KV cache: {reason}")
-        include_usage = bool(options.get("include_usage", False))
-        continuous = bool(options.get("continuous_usage_stats", False))
-        return prompt_tokens, max_tokens, stream, include_usage, continuous
+        return Completion(
+            prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens,
+            stream=stream,
+            include_usage=bool(options.get("include_usage", False)),
+            continuous_usage=bool(options.get("continuous_usage_stats", False)),
+        )
 
     async def _completions(
         self, request: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> bool:
-        prompt_tokens, max_tokens, stream, include_usage, continuous = self._parse(request.body)
+        ask = self._parse(request.body)
         live = LiveRequest(
             rid=self.core.new_id(),
             writer=writer,
             reader=reader,
-            prompt_tokens=prompt_tokens,
-            max_tokens=max_tokens,
-            stream=stream,
-            include_usage=include_usage,
-            continuous_usage=continuous,
+            prompt_tokens=ask.prompt_tokens,
+            max_tokens=ask.max_tokens,
+            stream=ask.stream,
+            include_usage=ask.include_usage,
+            continuous_usage=ask.continuous_usage,
             arrival_s=time.monotonic(),
         )
-        if stream:
+        if ask.stream:
             start_chunked(writer)
         self.core.submit(live)
         await live.done
