@@ -93,5 +93,5 @@ def test_load_refuses_unknown_and_newer_schemas(tmp_path: Path) -> None:
 def test_unwritable_location_is_a_user_error(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    with pytest.raises(UserError, match="-o: cannot write"):
+    with pytest.raises(UserError, match=r"^output: cannot write"):
         save_results(_results(), blocker / "run")

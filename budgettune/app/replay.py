@@ -12,6 +12,7 @@ from typing import Any
 
 from budgettune.artifacts.results import Results, save_results
 from budgettune.core.metrics import MetricsSummary, summarize
+from budgettune.core.units import finite_or_none
 from budgettune.engines.base import EngineHandle, LaunchSpec, ProgressCallback
 from budgettune.engines.registry import get_engine
 from budgettune.loadgen.runner import (
@@ -67,7 +68,7 @@ class ReplayResult:
         """One point in ``simulate``'s shape plus the load generator's self-check."""
         return {
             "budget": self.engine.get("budget_tokens"),
-            "rate": self.rate_per_s or _finite(self.outcome.target_rate_per_s),
+            "rate": self.rate_per_s or finite_or_none(self.outcome.target_rate_per_s),
             **self.summary.to_json(),
             "failure_reasons": self.failure_reasons,
             "selfcheck": {**self.outcome.selfcheck(), "server": self.server},
@@ -75,10 +76,6 @@ class ReplayResult:
             "complete": self.complete,
             "results_file": str(self.results_file) if self.results_file else None,
         }
-
-
-def _finite(value: float) -> float | None:
-    return value if value == value and abs(value) != float("inf") else None
 
 
 def failure_reasons(outcome: RunOutcome) -> dict[str, int]:

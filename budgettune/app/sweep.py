@@ -15,14 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from budgettune import __version__
 from budgettune.app.profile import ProfileConfig, ProfileOutcome, run_profile
 from budgettune.app.profile import validate as validate_profile
 from budgettune.app.replay import ReplayConfig, run_replay
 from budgettune.artifacts.engine_config import FixedSettings
 from budgettune.artifacts.recommendation import (
-    ms_or_none,
-    prediction_json,
     recommendation_document,
     sweep_results,
     write_outputs,
@@ -32,16 +29,26 @@ from budgettune.artifacts.runfolder import append_point, create_run_folder, resu
 from budgettune.core.errors import EngineError
 from budgettune.core.hardware import resolve_model
 from budgettune.core.metrics import MetricsSummary, quantile, summarize, tbt_s, ttft_s
-from budgettune.core.slo import SLO
+from budgettune.core.units import ms_or_none
 from budgettune.engines.base import EngineHandle, StartProgress
 from budgettune.engines.registry import get_engine
-from budgettune.loadgen.runner import RunProgress, Target, run_schedule
+from budgettune.loadgen.runner import RunProgress, StopReason, Target, run_schedule
 from budgettune.model.profile import Profile, load_profile
 from budgettune.profiling.plan import ProgressFn
 from budgettune.trace.schedule import Schedule
 from budgettune.tune.candidates import Candidates, budget_candidates
 from budgettune.tune.early_stop import EarlyStop
-from budgettune.tune.goodput import find_goodput
+from budgettune.tune.goodput import GoodputResult, find_goodput
+from budgettune.tune.point import (
+    AtSlo,
+    Goodput,
+    GoodputProbe,
+    Point,
+    Predicted,
+    Role,
+    Status,
+    SummaryMs,
+)
 from budgettune.tune.predict import Prediction, predict, typical_context_tokens
 from budgettune.tune.select import Recommendation, recommend
 from budgettune.tune.strategy import SearchState, Verdict, next_index
@@ -51,10 +58,6 @@ PROFILE_FILE = "profile.json"  # the profile a sweep on a real engine measures f
 PROFILE_MIN_TOKENS = 256
 PROFILE_DEFAULT_MAX_TOKENS = 8192  # `budgettune profile`'s default --max-tokens
 PROFILE_MAX_BATCH = 256  # `budgettune profile`'s default --max-batch
-
-# Points whose engine failed to start, crashed or was aborted say nothing about the budget:
-# they are kept and shown, and the search goes on without them.
-MEASURED = "measured"
 
 
 @dataclass(slots=True)
@@ -66,7 +69,7 @@ class SweepEvents:
     on_start: Callable[[StartProgress], None] | None = None
     on_ready: Callable[[EngineHandle], None] | None = None
     on_replay: Callable[[RunProgress], None] | None = None
-    on_point: Callable[[dict[str, Any]], None] | None = None
+    on_point: Callable[[Point], None] | None = None
     on_message: Callable[[str], None] | None = None
 
 
@@ -74,7 +77,7 @@ class SweepEvents:
 class SweepResult:
     candidates: Candidates
     predictions: dict[int, Prediction]
-    points: list[dict[str, Any]]
+    points: list[Point]
     recommendation: Recommendation
     launches: int  # engine launches this invocation made (resumed points not counted)
     wall_s: float
@@ -82,10 +85,9 @@ class SweepResult:
     document: dict[str, Any]  # what recommendation.json holds
 
 
-def open_run(run_dir: Path, settings: dict[str, Any], *, resume: bool) -> list[dict[str, Any]]:
+def open_run(run_dir: Path, settings: dict[str, Any], *, resume: bool) -> list[Point]:
     """Start the run folder (its ``sweep.json``) or, resuming, check it asked the same question;
     returns the points it already holds. Raises UserError for a folder that cannot be used."""
-    settings = {**settings, "schema_version": 1, "budgettune_version": __version__}
     if resume:
         return resume_run_folder(run_dir, settings)
     create_run_folder(run_dir, settings)
@@ -208,24 +210,25 @@ async def run_sweep(
     schedule: Schedule,
     schedule_at: Callable[[float], Schedule],
     events: SweepEvents | None = None,
-    finished: Sequence[dict[str, Any]] = (),
+    finished: Sequence[Point] = (),
 ) -> SweepResult:
     """Plan, verify live, recommend, and write the run folder, which :func:`open_run` made
     (``finished``: the points it already holds, none of them re-run). An engine that fails at
     one budget is recorded and skipped."""
     events = events or SweepEvents()
     started = time.perf_counter()
-    done: dict[int, dict[str, Any]] = {int(point["budget"]): point for point in finished}
+    done: dict[int, Point] = {point.budget: point for point in finished}
     candidates, predictions, _ = plan(config, schedule)
     if events.on_plan:
         events.on_plan(candidates, predictions)
-    predicted = {
-        b: Verdict(tbt_ok=p.tbt_s <= config.slo_tbt_s, ttft_ok=p.ttft_s <= config.slo_ttft_s)
-        for b, p in predictions.items()
-    }
+    slo = config.slo
+    predicted = {}
+    for budget, prediction in predictions.items():
+        judgement = slo.judge_at(prediction.tbt_s, prediction.ttft_s)
+        predicted[budget] = Verdict(tbt_ok=judgement.tbt_ok, ttft_ok=judgement.ttft_ok)
     launches = 0
 
-    async def measure(budget: int, role: str) -> None:
+    async def measure(budget: int, role: Role) -> None:
         nonlocal launches
         launches += 1
         if events.on_launch:
@@ -246,22 +249,23 @@ async def run_sweep(
 
     for budget in candidates.budgets if config.exhaustive else ():
         if budget not in done:
-            await measure(budget, "candidate")
+            await measure(budget, Role.CANDIDATE)
     while not config.exhaustive:
-        usable = [b for b in candidates.budgets if b not in done or done[b]["status"] == MEASURED]
+        usable = [b for b in candidates.budgets if b not in done or done[b].is_measured]
         state = SearchState(n=len(usable))
         for position, budget in enumerate(usable):
             if budget in done:
-                state.record(position, Verdict(done[budget]["tbt_ok"], done[budget]["ttft_ok"]))
+                state.record(position, Verdict(bool(done[budget].tbt_ok),
+                                               bool(done[budget].ttft_ok)))  # fmt: skip
         chosen = next_index(state, [predicted[b] for b in usable])
         if chosen is None:
             break
-        await measure(usable[chosen], "candidate")
+        await measure(usable[chosen], Role.CANDIDATE)
     if config.default_budget is not None and config.default_budget not in done:
-        await measure(config.default_budget, "reference")
+        await measure(config.default_budget, Role.REFERENCE)
     points = [done[b] for b in sorted(done)]
     if config.goodput:
-        await _goodput(config, schedule_at, points, events)
+        points = await _goodput(config, schedule_at, points, events)
     recommendation = recommend(
         points,
         slo_tbt_s=config.slo_tbt_s,
@@ -308,12 +312,12 @@ async def _verify(
     config: SweepConfig,
     schedule: Schedule,
     budget: int,
-    role: str,
+    role: Role,
     prediction: Prediction | None,
     events: SweepEvents,
     *,
     early_stop: bool = True,
-) -> dict[str, Any]:
+) -> Point:
     """Launch the engine at ``budget``, replay (stopping once the verdict is certain, unless
     ``early_stop`` is off), and describe the point."""
     rule = EarlyStop(
@@ -339,12 +343,7 @@ async def _verify(
         config={**config.settings, "budget": budget},
         hardware=config.hardware,
     )
-    point: dict[str, Any] = {
-        "budget": budget,
-        "role": role,
-        "rate": config.rate_per_s,
-        "predicted": prediction_json(prediction),
-    }
+    predicted = None if prediction is None else Predicted.of(prediction)
     started = time.perf_counter()
     try:
         result = await run_replay(
@@ -356,8 +355,12 @@ async def _verify(
             stop_rule=rule if early_stop else None,
         )
     except EngineError as error:
-        point.update(
-            status="engine_failed",
+        return Point(
+            budget=budget,
+            role=role,
+            rate_per_s=config.rate_per_s,
+            predicted=predicted,
+            status=Status.ENGINE_FAILED,
             error=str(error),
             log_tail=error.log_tail,
             tbt_ok=None,
@@ -365,51 +368,60 @@ async def _verify(
             ok=False,
             wall_s=round(time.perf_counter() - started, 3),
         )
-        return point
-    stop_reason = result.outcome.stop_reason
-    if stop_reason is not None and stop_reason.startswith("interrupted"):
+    outcome = result.outcome
+    if outcome.stopped_by is StopReason.INTERRUPTED:
         # Ctrl-C: the point is not finished; leave it out of points.jsonl so --resume reruns it.
         raise KeyboardInterrupt
-    stopped_early = stop_reason is not None and stop_reason.startswith("early stop")
-    measured = result.outcome.measured()
+    stopped_early = outcome.stopped_by is StopReason.EARLY_STOP
+    measured = outcome.measured()
     summary = result.summary
     if stopped_early:
         # Requests the early stop cancelled in flight are our doing, not the engine's failures:
         # the partial figures cover the requests that finished on their own.
-        measured = [r for r in measured if not (r.error or "").startswith("cancelled")]
+        measured = [
+            live.record for live in outcome.records if not live.warmup and not live.cancelled
+        ]
         summary = summarize(measured)
-    status = MEASURED
+    status = Status.MEASURED
     if result.engine_crashed:
-        status = "crashed"
-    elif stop_reason is not None and not stopped_early:
-        status = "aborted"
+        status = Status.CRASHED
+    elif outcome.stopped_by is not None and not stopped_early:
+        status = Status.ABORTED
     tbt_q = _quantile_or_zero(tbt_s(measured), config.quantile)
     ttft_q = quantile(ttft_s(measured), config.quantile)
-    complete = result.outcome.complete
+    complete = outcome.complete
     # A verdict the early stop made certain is final; the other SLO, cut short, is unknown and
     # counted as met so that it prunes no budget it has not proven infeasible.
     if not early_stop:
-        rule(result.outcome.records)  # the same counts, for the record, without stopping
-    tbt_ok = not rule.tbt_failed and (tbt_q <= config.slo_tbt_s or not complete)
-    ttft_ok = not rule.ttft_failed and (ttft_q <= config.slo_ttft_s or not complete)
-    point.update(
+        rule(outcome.records)  # the same counts, for the record, without stopping
+    judgement = config.slo.judge_at(tbt_q, ttft_q)
+    tbt_ok = not rule.tbt_failed and (judgement.tbt_ok or not complete)
+    ttft_ok = not rule.ttft_failed and (judgement.ttft_ok or not complete)
+    is_measured = status is Status.MEASURED
+    return Point(
+        budget=budget,
+        role=role,
+        rate_per_s=config.rate_per_s,
+        predicted=predicted,
         status=status,
-        measured=summary.to_json(),
+        measured=SummaryMs.of(summary),
         tbt_ms=tbt_q * 1e3,
         ttft_ms=ttft_q * 1e3 if ttft_q != float("inf") else None,
-        tbt_ok=tbt_ok if status == MEASURED else None,
-        ttft_ok=ttft_ok if status == MEASURED else None,
-        ok=status == MEASURED and tbt_ok and ttft_ok,
+        tbt_ok=tbt_ok if is_measured else None,
+        ttft_ok=ttft_ok if is_measured else None,
+        ok=is_measured and tbt_ok and ttft_ok,
         complete=complete,
-        early_stop=stop_reason if stopped_early else None,
-        error=result.engine_crashed or (stop_reason if status == "aborted" else None),
+        stopped_by=StopReason.EARLY_STOP
+        if stopped_early
+        else (StopReason.ERROR_RATE if status is Status.ABORTED else None),
+        stop_message=outcome.stop_reason if stopped_early else None,
+        error=result.engine_crashed or (outcome.stop_reason if status is Status.ABORTED else None),
         log_tail=result.engine.get("log_tail"),
         engine={k: v for k, v in result.engine.items() if k != "log_tail"},
         results_file=str(result.results_file) if result.results_file else None,
-        selfcheck=result.outcome.selfcheck(),
+        selfcheck=outcome.selfcheck(),
         wall_s=round(time.perf_counter() - started, 3),
     )
-    return point
 
 
 def _quantile_or_zero(values: Any, q: float) -> float:
@@ -419,20 +431,23 @@ def _quantile_or_zero(values: Any, q: float) -> float:
 async def _goodput(
     config: SweepConfig,
     schedule_at: Callable[[float], Schedule],
-    points: list[dict[str, Any]],
+    points: list[Point],
     events: SweepEvents,
-) -> None:
-    """Each measured budget's highest sustainable rate, one engine launch per budget.
+) -> list[Point]:
+    """``points`` with each measured budget's highest sustainable rate, one engine launch per
+    budget.
 
     :func:`search.find_goodput` is synchronous; it runs in a worker thread and each of its
     probes is a replay submitted back to this event loop on the same running engine.
     """
     loop = asyncio.get_running_loop()
-    slo = SLO(tbt_s=config.slo_tbt_s, ttft_s=config.slo_ttft_s, percentile=config.percentile)
+    slo = config.slo
+    out = []
     for point in points:
-        if point["status"] != MEASURED:
+        if not point.is_measured:
+            out.append(point)
             continue
-        budget = int(point["budget"])
+        budget = point.budget
         spec = dataclasses.replace(
             config.base_spec,
             budget_tokens=budget,
@@ -456,27 +471,26 @@ async def _goodput(
             result = await asyncio.to_thread(
                 find_goodput, evaluate, slo, start_rate_per_s=config.rate_per_s
             )
-        point["goodput_rate"] = result.rate_per_s
-        point["goodput_capped"] = result.capped
-        point["goodput_probes"] = [
-            {
-                "rate": probe.rate_per_s,
-                "met": probe.met,
-                "tbt_p99_ms": ms_or_none(probe.summary.tbt_s.p99),
-                "ttft_p99_ms": ms_or_none(probe.summary.ttft_s.p99),
-                **_at_slo_ms(probe.summary),
-                "failed": probe.summary.failed,
-            }
-            for probe in result.probes
-        ]
+        out.append(dataclasses.replace(point, goodput=_goodput_of(result)))
+    return out
 
 
-def _at_slo_ms(summary: MetricsSummary) -> dict[str, float | None]:
-    """TBT and TTFT at the SLO percentile, the figures the goodput verdict was judged on."""
-    at = summary.at_quantile
-    if at is None:
-        return {}
-    return {"tbt_at_slo_ms": ms_or_none(at.tbt_s), "ttft_at_slo_ms": ms_or_none(at.ttft_s)}
+def _goodput_of(result: GoodputResult) -> Goodput:
+    """The search's rate and every probe with the figures its verdict was judged on."""
+    probes = []
+    for probe in result.probes:
+        at = probe.summary.at_quantile
+        probes.append(
+            GoodputProbe(
+                rate_per_s=probe.rate_per_s,
+                met=probe.met,
+                tbt_p99_ms=ms_or_none(probe.summary.tbt_s.p99),
+                ttft_p99_ms=ms_or_none(probe.summary.ttft_s.p99),
+                at_slo=None if at is None else AtSlo(ms_or_none(at.tbt_s), ms_or_none(at.ttft_s)),
+                failed=probe.summary.failed,
+            )
+        )
+    return Goodput(rate_per_s=result.rate_per_s, capped=result.capped, probes=tuple(probes))
 
 
 def _say(events: SweepEvents, text: str) -> None:

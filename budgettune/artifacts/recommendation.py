@@ -1,57 +1,61 @@
-"""What a sweep writes about itself: recommendation.json (versioned, self-describing) and the
-sweep's results.json, whose points carry their raw per-request records so the report needs
-nothing else."""
+"""recommendation.json, written and read here only (versioned, self-describing: enough to rebuild
+the report), and the sweep's results.json, whose points carry their raw per-request records so
+the report needs nothing else."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from budgettune import __version__
 from budgettune.artifacts.engine_config import FixedSettings, write_engine_configs
+from budgettune.artifacts.fields import Fields, check_schema, read_json_object
+from budgettune.artifacts.points import (
+    flat_point_json,
+    point_json,
+    predicted_json,
+    read_point,
+    read_predicted,
+)
 from budgettune.artifacts.results import Results, load_results
+from budgettune.core.errors import UserError
 from budgettune.tune.candidates import Candidates
+from budgettune.tune.point import Point, Predicted
 from budgettune.tune.predict import Prediction
 from budgettune.tune.select import Recommendation
+from budgettune.tune.sweep_config import ModelSourceKind
 
 if TYPE_CHECKING:  # the pipeline's config, read here field by field
     from budgettune.tune.sweep_config import SweepConfig
 
-
-def ms_or_none(value_s: float) -> float | None:
-    return value_s * 1e3 if value_s == value_s and value_s != float("inf") else None
-
-
-def prediction_json(prediction: Prediction | None) -> dict[str, Any] | None:
-    """The simulator's summary (percentile objects, like a measured point) plus the TBT and TTFT
-    at the sweep's SLO percentile (``*_at_slo_ms``) and the mean decode batch."""
-    if prediction is None:
-        return None
-    return {
-        **prediction.summary.to_json(),
-        "tbt_at_slo_ms": ms_or_none(prediction.tbt_s),
-        "ttft_at_slo_ms": ms_or_none(prediction.ttft_s),
-        "decode_batch": prediction.decode_batch,
-    }
+RECOMMENDATION_FILE = "recommendation.json"
+SCHEMA_VERSION = 1
 
 
 def recommendation_document(
     config: SweepConfig,
     candidates: Candidates,
-    predictions: dict[int, Prediction],
-    points: list[dict[str, Any]],
+    predictions: Mapping[int, Prediction],
+    points: Sequence[Point],
     recommendation: Recommendation,
     launches: int,
     wall_s: float,
 ) -> dict[str, Any]:
     """recommendation.json: versioned, self-describing, enough to rebuild the report."""
-    return {
-        "schema_version": 1,
+    document: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
         "kind": "sweep",
         "budgettune_version": __version__,
         "budget": recommendation.budget_tokens,
-        "choice": recommendation.to_json(),
+        "choice": {
+            "budget": recommendation.budget_tokens,
+            "headline": recommendation.headline,
+            "reasons": list(recommendation.reasons),
+            "binding_slo": recommendation.binding_slo,
+        },
         "slo": {
             "tbt_ms": config.slo_tbt_s * 1e3,
             "ttft_ms": config.slo_ttft_s * 1e3,
@@ -65,38 +69,45 @@ def recommendation_document(
         },
         "engine": {"name": config.engine, "default_budget": config.default_budget},
         "model_source": config.model_source,
-        "hardware": config.hardware,
-        "candidates": {
-            "budgets": list(candidates.budgets),
-            "floor_tokens": candidates.floor_tokens,
-            "ceiling_tokens": candidates.ceiling_tokens,
-            "ridge_tokens": candidates.ridge_tokens,
-            "decode_batch": candidates.decode_batch,
-            "align_tokens": config.align_tokens,
-        },
-        "predictions": {str(b): prediction_json(p) for b, p in sorted(predictions.items())},
-        "points": points,
-        "launches": launches,
-        "exhaustive": config.exhaustive,
-        "wall_s": round(wall_s, 3),
-        "command": list(config.command),
-        "settings": config.settings,
     }
+    if config.model_source_kind is not None:
+        document["model_source_kind"] = config.model_source_kind.value
+    document.update(
+        {
+            "hardware": config.hardware,
+            "candidates": {
+                "budgets": list(candidates.budgets),
+                "floor_tokens": candidates.floor_tokens,
+                "ceiling_tokens": candidates.ceiling_tokens,
+                "ridge_tokens": candidates.ridge_tokens,
+                "decode_batch": candidates.decode_batch,
+                "align_tokens": config.align_tokens,
+            },
+            "predictions": {
+                str(b): predicted_json(Predicted.of(p)) for b, p in sorted(predictions.items())
+            },
+            "points": [point_json(point) for point in points],
+            "launches": launches,
+            "exhaustive": config.exhaustive,
+            "wall_s": round(wall_s, 3),
+            "command": list(config.command),
+            "settings": config.settings,
+        }
+    )
+    return document
 
 
 def sweep_results(
-    config: SweepConfig, document: dict[str, Any], points: list[dict[str, Any]]
+    config: SweepConfig, document: Mapping[str, Any], points: Sequence[Point]
 ) -> Results:
     """results.json of the sweep: every point with its measured summary at the top level (the
     shape of a replay point), the prediction, the verdict, and the raw per-request records read
     back from the point's own replay results, so the report needs nothing else."""
     full_points = []
     for point in points:
-        full = {**point, **(point.get("measured") or {})}
-        full.pop("measured", None)
-        replay_file = point.get("results_file")
-        if replay_file:
-            replay = load_results(Path(replay_file))
+        full = flat_point_json(point)
+        if point.results_file:
+            replay = load_results(Path(point.results_file))
             full["records"] = replay.points[0].get("records", []) if replay.points else []
         full_points.append(full)
     summary = {k: v for k, v in document.items() if k not in ("points", "settings", "command")}
@@ -114,13 +125,13 @@ def write_outputs(
     run_dir: Path,
     recommendation: Recommendation,
     *,
-    document: dict[str, Any],
+    document: Mapping[str, Any],
     max_num_seqs: int,
     served_model: str | None,
     fixed: FixedSettings | None = None,
 ) -> dict[str, Path]:
     """recommendation.json always; vllm.yaml and sglang.args when a budget was chosen."""
-    files = {"recommendation": run_dir / "recommendation.json"}
+    files = {"recommendation": run_dir / RECOMMENDATION_FILE}
     files["recommendation"].write_text(json.dumps(document, indent=2, allow_nan=False) + "\n")
     if recommendation.budget_tokens is not None:
         vllm_path, sglang_path = write_engine_configs(
@@ -133,3 +144,144 @@ def write_outputs(
         files["vllm"] = vllm_path
         files["sglang"] = sglang_path
     return files
+
+
+@dataclass(frozen=True, slots=True)
+class SweepDocument:
+    """What a sweep recorded about itself, read back: recommendation.json, or (``finished``
+    False) a run folder's sweep.json and points.jsonl, or the summary inside the sweep's
+    results.json. Figures a document does not hold are None."""
+
+    finished: bool
+    points: tuple[Point, ...]
+    settings: Mapping[str, Any]
+    budget: int | None = None
+    headline: str | None = None
+    reasons: tuple[str, ...] = ()
+    slo_tbt_ms: float | None = None
+    slo_ttft_ms: float | None = None
+    percentile: float | None = None
+    rate_per_s: float | None = None
+    traffic: str | None = None
+    engine_name: str | None = None
+    default_budget: int | None = None
+    model_source: str | None = None
+    model_source_kind: ModelSourceKind | None = None
+    hardware: Mapping[str, Any] = field(default_factory=dict)
+    candidate_budgets: tuple[int, ...] = ()
+    ridge_tokens: float | None = None
+    decode_batch: float | None = None
+    predictions: Mapping[int, Predicted] = field(default_factory=dict)
+    launches: int | None = None
+    wall_s: float | None = None
+    command: tuple[str, ...] = ()
+    budgettune_version: str | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict)  # as read (app.report's profile part)
+
+
+def read_recommendation(path: Path) -> SweepDocument:
+    """recommendation.json, validated: schema_version, kind "sweep", every typed field and
+    point. Raises UserError naming the file and the field."""
+    data = read_json_object(path, "sweep recommendation")
+    where = str(path)
+    check_schema(data, where, SCHEMA_VERSION)
+    if data.get("kind") != "sweep":
+        raise UserError(f"{where}: field 'kind': expected 'sweep', got {data.get('kind')!r}")
+    fields = Fields(data, where)
+    points = tuple(
+        read_point(item, f"{where}: points[{index}]")
+        for index, item in enumerate(fields.items("points"))
+    )
+    return _document(fields, points, fields.mapping_or_none("settings") or {}, finished=True)
+
+
+def sweep_document_of_results(results: Results, source: Path) -> SweepDocument:
+    """The sweep's own results.json: its summary (config's ``sweep``), settings (the rest of
+    config) and every point, flattened with its records (the records are read elsewhere)."""
+    config = dict(results.config)
+    summary = config.pop("sweep", None)
+    if not isinstance(summary, Mapping) or not summary:
+        raise UserError(f"{source}: a sweep results file without its 'sweep' summary in config")
+    where = str(source)
+    points = tuple(
+        read_point(item, f"{where}: points[{index}]") for index, item in enumerate(results.points)
+    )
+    fields = Fields(
+        {
+            **summary,
+            "command": list(results.command),
+            "budgettune_version": results.budgettune_version,
+        },
+        f"{where}: config.sweep",
+    )
+    return _document(fields, points, config, finished=True)
+
+
+def unfinished_document(settings: Mapping[str, Any], points: Sequence[Point]) -> SweepDocument:
+    """A sweep still running or interrupted: its settings and the points finished so far."""
+    return SweepDocument(finished=False, points=tuple(points), settings=settings)
+
+
+def _document(
+    fields: Fields, points: tuple[Point, ...], settings: Mapping[str, Any], *, finished: bool
+) -> SweepDocument:
+    choice = fields.child_or_none("choice")
+    slo = fields.child_or_none("slo")
+    load = fields.child_or_none("load")
+    engine = fields.child_or_none("engine")
+    candidates = fields.child_or_none("candidates")
+    predictions: dict[int, Predicted] = {}
+    recorded = fields.mapping_or_none("predictions") or {}
+    for key, value in recorded.items():
+        if not str(key).isdigit():
+            continue
+        predicted = (
+            read_predicted(Fields.of(value, f"{fields.where}: predictions[{key}]"))
+            if value is not None
+            else None
+        )
+        if predicted is not None:
+            predictions[int(key)] = predicted
+    source = fields.text_or_none("model_source")
+    kind_text = fields.text_or_none("model_source_kind")
+    try:
+        kind = ModelSourceKind(kind_text) if kind_text is not None else _legacy_kind(source)
+    except ValueError:
+        fields.fail("model_source_kind", "profile or analytic", kind_text)
+    return SweepDocument(
+        finished=finished,
+        points=points,
+        settings=settings,
+        budget=fields.integer_or_none("budget"),
+        headline=None if choice is None else choice.text_or_none("headline"),
+        reasons=() if choice is None else tuple(str(r) for r in choice.data.get("reasons") or ()),
+        slo_tbt_ms=None if slo is None else slo.number_or_none("tbt_ms"),
+        slo_ttft_ms=None if slo is None else slo.number_or_none("ttft_ms"),
+        percentile=None if slo is None else slo.number_or_none("percentile"),
+        rate_per_s=None if load is None else load.number_or_none("rate_per_s"),
+        traffic=None if load is None else load.text_or_none("traffic"),
+        engine_name=None if engine is None else engine.text_or_none("name"),
+        default_budget=None if engine is None else engine.integer_or_none("default_budget"),
+        model_source=source,
+        model_source_kind=kind,
+        hardware=fields.mapping_or_none("hardware") or {},
+        candidate_budgets=()
+        if candidates is None
+        else tuple(int(b) for b in candidates.data.get("budgets") or ()),
+        ridge_tokens=None if candidates is None else candidates.number_or_none("ridge_tokens"),
+        decode_batch=None if candidates is None else candidates.number_or_none("decode_batch"),
+        predictions=predictions,
+        launches=fields.integer_or_none("launches"),
+        wall_s=fields.number_or_none("wall_s"),
+        command=tuple(str(a) for a in fields.data.get("command") or ()),
+        budgettune_version=fields.text_or_none("budgettune_version"),
+        raw=fields.data,
+    )
+
+
+def _legacy_kind(source: str | None) -> ModelSourceKind | None:
+    """The kind of a document written before ``model_source_kind``: its prose named it (an
+    analytic roofline's began "analytic"). Read here only, at the file boundary."""
+    if not source:
+        return None
+    return ModelSourceKind.ANALYTIC if source.startswith("analytic") else ModelSourceKind.PROFILE

@@ -9,11 +9,13 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from budgettune import __version__
+from budgettune.artifacts.fields import Fields, check_schema, read_json_object
 from budgettune.core.errors import UserError
 from budgettune.loadgen.runner import LiveRecord
 
@@ -62,36 +64,42 @@ class Results:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any], *, source: str = "results") -> Results:
-        """Rebuild from a parsed document. Raises UserError for a newer or missing schema."""
-        version = data.get("schema_version")
-        if not isinstance(version, int):
+    def from_json(cls, data: Mapping[str, Any], *, source: str = "results") -> Results:
+        """Rebuild from a parsed document, validated field by field. Raises UserError naming
+        ``source`` and the field (a missing, non-integer or newer schema_version included)."""
+        if "schema_version" not in data:
             raise UserError(f"{source}: not a budgettune results file (no schema_version)")
-        if version > SCHEMA_VERSION:
-            raise UserError(
-                f"{source}: schema_version {version} is newer than this budgettune reads "
-                f"({SCHEMA_VERSION})",
-                hint="upgrade budgettune",
-            )
-        for key in ("kind", "config", "points"):
-            if key not in data:
-                raise UserError(f"{source}: field {key!r} is missing")
+        version = check_schema(data, source, SCHEMA_VERSION)
+        fields = Fields(data, source)
+        config = fields.child("config").data
+        points = fields.items("points")
+        for index, point in enumerate(points):
+            if not isinstance(point, Mapping):
+                fields.fail(f"points[{index}]", "an object", point)
+        command = data.get("command") or []
+        if not isinstance(command, list):
+            fields.fail("command", "a list", command)
         return cls(
-            kind=str(data["kind"]),
-            config=dict(data["config"]),
-            points=list(data["points"]),
-            command=list(data.get("command") or []),
-            engine=data.get("engine"),
-            hardware=data.get("hardware"),
-            complete=bool(data.get("complete", True)),
-            incomplete_reason=data.get("incomplete_reason"),
+            kind=fields.text("kind"),
+            config=dict(config),
+            points=[dict(point) for point in points],
+            command=[str(arg) for arg in command],
+            engine=_object_or_none(fields, "engine"),
+            hardware=_object_or_none(fields, "hardware"),
+            complete=True if data.get("complete") is None else fields.flag("complete"),
+            incomplete_reason=fields.text_or_none("incomplete_reason"),
             schema_version=version,
             budgettune_version=str(data.get("budgettune_version", "unknown")),
             created_utc=str(data.get("created_utc", "")),
         )
 
 
-def point_records(point: dict[str, Any]) -> list[LiveRecord]:
+def _object_or_none(fields: Fields, name: str) -> dict[str, Any] | None:
+    value = fields.mapping_or_none(name)
+    return None if value is None else dict(value)
+
+
+def point_records(point: Mapping[str, Any]) -> list[LiveRecord]:
     """The raw per-request records of one point, as objects."""
     return [LiveRecord.from_json(item) for item in point.get("records", [])]
 
@@ -114,7 +122,7 @@ def save_results(results: Results, path: Path) -> Path:
             handle.write("\n")
         os.replace(tmp, target)
     except OSError as exc:
-        raise UserError(f"-o: cannot write {target}: {exc.strerror or exc}") from None
+        raise UserError(f"cannot write {target}: {exc.strerror or exc}", field="output") from None
     return target
 
 
@@ -122,12 +130,4 @@ def load_results(path: Path) -> Results:
     """Read a results file (or the results.json in a folder). Raises UserError naming the file
     when it is missing, not JSON, or of an unknown schema."""
     target = results_path(path)
-    try:
-        data = json.loads(target.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{target}: no such results file") from None
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{target}: cannot read results: {exc}") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{target}: not a budgettune results file")
-    return Results.from_json(data, source=str(target))
+    return Results.from_json(read_json_object(target, "results"), source=str(target))

@@ -21,7 +21,7 @@ from rich.progress import (
 from rich.table import Table
 
 from budgettune.cli._common import console, console_err
-from budgettune.core.units import format_ms
+from budgettune.core.units import format_ms, format_ms_cell
 from budgettune.engines.base import EngineHandle, StartProgress
 from budgettune.tune.select import rate_text
 
@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # the live runner (httpx) and the sweep pipeline load when th
     from budgettune.app.profile import ProfileConfig, ProfileOutcome
     from budgettune.app.sweep import SweepResult
     from budgettune.loadgen.runner import RunProgress
+    from budgettune.tune.point import Point
     from budgettune.tune.sweep_config import SweepConfig
 
 
@@ -59,7 +60,7 @@ def run_with_progress(
     config: SweepConfig,
     schedule_at: Any,
     schedule: Any,
-    finished: Sequence[dict[str, Any]] = (),
+    finished: Sequence[Point] = (),
 ) -> SweepResult:
     from budgettune.app.sweep import SweepEvents, run_sweep
 
@@ -101,7 +102,7 @@ def run_with_progress(
                 description=f"replay: {tick.sent} sent, {tick.failed} failed",
             )
 
-        def on_point(point: dict[str, Any]) -> None:
+        def on_point(point: Point) -> None:
             progress.update(replay_task, visible=False)
             console_err.print(_point_line(point, config), highlight=False)
 
@@ -115,33 +116,27 @@ def run_with_progress(
         return asyncio.run(run_sweep(config, schedule, schedule_at, events, finished))
 
 
-def _ms(value: float | None) -> str:
-    return "-" if value is None else format_ms(value / 1e3)
+def _ms(value_ms: float | None) -> str:
+    return "-" if value_ms is None else format_ms(value_ms / 1e3)
 
 
-def _num(value_ms: float | None) -> str:
-    if value_ms is None or value_ms != value_ms:
-        return "-"
-    return f"{value_ms:,.0f}" if value_ms >= 100 else f"{value_ms:.1f}"
-
-
-def _point_line(point: dict[str, Any], config: SweepConfig) -> str:
-    if point["status"] != "measured":
-        return f"  budget {point['budget']}: {point['status']}: {point.get('error')}"
-    verdict = "meets both SLOs" if point["ok"] else "breaks an SLO"
-    note = " (early stop)" if point.get("early_stop") else ""
+def _point_line(point: Point, config: SweepConfig) -> str:
+    if not point.is_measured:
+        return f"  budget {point.budget}: {point.status.value}: {point.error}"
+    verdict = "meets both SLOs" if point.ok else "breaks an SLO"
+    note = " (early stop)" if point.stopped_early else ""
     p = f"p{config.percentile:g}"
     return (
-        f"  budget {point['budget']}: {p} TBT {_ms(point['tbt_ms'])}, {p} TTFT "
-        f"{_ms(point['ttft_ms'])}: {verdict}{note} [{point['wall_s']:.0f} s]"
+        f"  budget {point.budget}: {p} TBT {_ms(point.tbt_ms)}, {p} TTFT "
+        f"{_ms(point.ttft_ms)}: {verdict}{note} [{point.wall_s:.0f} s]"
     )
 
 
-def _goodput_cell(point: dict[str, Any]) -> str:
-    rate = point.get("goodput_rate")
-    if rate is None:
+def _goodput_cell(point: Point) -> str:
+    if point.goodput is None:
         return "-"
-    return f">= {rate:.3g} (cap)" if point.get("goodput_capped") else f"{rate:.3g}"
+    rate = point.goodput.rate_per_s
+    return f">= {rate:.3g} (cap)" if point.goodput.capped else f"{rate:.3g}"
 
 
 def print_result(result: SweepResult, config: SweepConfig) -> None:
@@ -157,31 +152,31 @@ def print_result(result: SweepResult, config: SweepConfig) -> None:
         columns.append("goodput req/s")
     for column in columns:
         table.add_column(column, justify="right")
-    measured = {int(pt["budget"]): pt for pt in result.points}
+    measured = {pt.budget: pt for pt in result.points}
     shown = {*result.candidates.budgets, *measured}
     if config.default_budget is not None:
         shown.add(config.default_budget)
     for budget in sorted(shown):
         prediction = result.predictions.get(budget)
         point = measured.get(budget)
-        pred_tbt = _num(prediction.tbt_s * 1e3) if prediction else "-"
-        pred_ttft = _num(prediction.ttft_s * 1e3) if prediction else "-"
+        pred_tbt = format_ms_cell(prediction.tbt_s * 1e3) if prediction else "-"
+        pred_ttft = format_ms_cell(prediction.ttft_s * 1e3) if prediction else "-"
         label = str(budget) + (" (default)" if budget == config.default_budget else "")
-        if point is None or point["status"] != "measured":
-            status = "[dim]not run[/dim]" if point is None else f"[red]{point['status']}[/red]"
+        if point is None or not point.is_measured or point.measured is None:
+            status = "[dim]not run[/dim]" if point is None else f"[red]{point.status.value}[/red]"
             cells = [label, f"- / {pred_tbt}", f"- / {pred_ttft}", "-", "-", status]
             table.add_row(*cells, *(["-"] if config.goodput else []))
             continue
-        summary = point["measured"]
-        verdict = "[green]pass[/green]" if point["ok"] else "[red]fail[/red]"
-        if point.get("early_stop"):
+        summary = point.measured
+        verdict = "[green]pass[/green]" if point.ok else "[red]fail[/red]"
+        if point.stopped_early:
             verdict += " (early)"
         table.add_row(
             label,
-            f"{_num(point['tbt_ms'])} / {pred_tbt}",
-            f"{_num(point['ttft_ms'])} / {pred_ttft}",
-            f"{summary['throughput_tokens_per_s'] or 0:,.0f}",
-            str(summary["failed"]),
+            f"{format_ms_cell(point.tbt_ms)} / {pred_tbt}",
+            f"{format_ms_cell(point.ttft_ms)} / {pred_ttft}",
+            f"{summary.throughput_tokens_per_s or 0:,.0f}",
+            str(summary.failed),
             verdict,
             *([_goodput_cell(point)] if config.goodput else []),
         )

@@ -20,11 +20,11 @@ class SLO:
 
     def __post_init__(self) -> None:
         if not self.tbt_s > 0:
-            raise SpecError(f"--slo-tbt: must be positive, got {self.tbt_s!r} s")
+            raise SpecError(f"must be positive, got {self.tbt_s!r} s", field="slo_tbt")
         if not self.ttft_s > 0:
-            raise SpecError(f"--slo-ttft: must be positive, got {self.ttft_s!r} s")
+            raise SpecError(f"must be positive, got {self.ttft_s!r} s", field="slo_ttft")
         if not 0 < self.percentile < 100:
-            raise SpecError(f"--percentile: must be in (0, 100), got {self.percentile!r}")
+            raise SpecError(f"must be in (0, 100), got {self.percentile!r}", field="percentile")
 
     def judge(self, summary: MetricsSummary) -> Judgement:
         """TBT and TTFT at the percentile and whether each is within target (nan, i.e. no
@@ -39,7 +39,13 @@ class SLO:
             if at is None or not math.isclose(at.quantile, quantile):
                 raise ValueError(f"summary not computed at the SLO quantile {quantile}")
             tbt_s, ttft_s = at.tbt_s, at.ttft_s
-        tbt_ok = summary.tbt_s.count == 0 or tbt_s <= self.tbt_s
+        return self.judge_at(tbt_s, ttft_s)
+
+    def judge_at(self, tbt_s: float, ttft_s: float) -> Judgement:
+        """TBT and TTFT already read at the percentile (seconds) against the targets: a nan
+        TBT (no gap: every output one token long) has no TBT to violate; a nan TTFT (no
+        sample) does not pass, +inf (failed requests) neither."""
+        tbt_ok = math.isnan(tbt_s) or tbt_s <= self.tbt_s
         return Judgement(tbt_s, ttft_s, tbt_ok, ttft_s <= self.ttft_s)
 
     def met_by(self, summary: MetricsSummary) -> bool:

@@ -104,6 +104,26 @@ def format_ms(seconds: float) -> str:
     return f"{ms:.1f} ms"
 
 
+def format_ms_3sig(value_ms: float | None) -> str:
+    """Milliseconds to three significant digits, for the report's pages: 31.2 -> '31.2 ms',
+    1530 -> '1.53 s', +inf -> 'inf (failures)', None or nan -> '-'."""
+    if value_ms is None or math.isnan(value_ms):
+        return "-"
+    if math.isinf(value_ms):
+        return "inf (failures)"
+    if value_ms >= 1000:
+        return f"{value_ms / 1000:.3g} s"
+    return f"{value_ms:.3g} ms"
+
+
+def format_ms_cell(value_ms: float | None) -> str:
+    """Milliseconds as a bare table cell under an "ms" header: "1,234" from 100 ms up, else one
+    decimal ("12.3"); "-" for None or nan (no figure)."""
+    if value_ms is None or value_ms != value_ms:
+        return "-"
+    return f"{value_ms:,.0f}" if value_ms >= 100 else f"{value_ms:.1f}"
+
+
 def finite_or_none(value: float | None, *, digits: int | None = None) -> float | None:
     """``value`` (rounded to ``digits`` when given) when it is a finite number, else None: JSON
     holds no inf or nan, and a missing figure reads as null in every document budgettune writes."""

@@ -33,6 +33,7 @@ class StreamResult:
     usage: dict[str, Any] | None = None
     done: bool = False  # saw data: [DONE]
     error: str | None = None
+    cancelled: bool = False  # the caller cancelled it (an early stop, Ctrl-C), not the server
 
     @property
     def tokens(self) -> int:
@@ -153,7 +154,8 @@ async def stream_completion(
     """Send ``request`` (from :func:`completion_request`) and record every chunk as it arrives.
 
     Never raises for a failed request: the reason is in ``error`` ("http 400: …", "connect error",
-    "timeout", "stream cut", "short output 3/8"). A cancellation records "cancelled" and returns.
+    "timeout", "stream cut", "short output 3/8"). A cancellation records "cancelled", sets
+    ``cancelled`` and returns.
     """
     send_at = SEND_AT.get()  # held until then: a request never written counts as sent then
     result = StreamResult(sent_ns=max(time.monotonic_ns(), send_at.due_ns if send_at else 0))
@@ -176,6 +178,7 @@ async def stream_completion(
         parser.finish()
     except asyncio.CancelledError:
         result.error = f"cancelled after {result.tokens} tokens"
+        result.cancelled = True
         return result
     except httpx.ConnectError as exc:
         result.error = f"connect error: {exc}"[:ERROR_TEXT_CHARS]

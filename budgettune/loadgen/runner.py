@@ -13,6 +13,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import httpx
@@ -22,6 +23,7 @@ import numpy.typing as npt
 from budgettune.core.clock import sleep_until
 from budgettune.core.errors import SpecError
 from budgettune.core.records import RequestRecord
+from budgettune.core.units import finite_or_none
 from budgettune.loadgen.client import (
     StreamResult,
     completion_body,
@@ -78,14 +80,16 @@ class RunOptions:
     def __post_init__(self) -> None:
         if self.merged_chunks not in MERGED_MODES:
             raise SpecError(
-                f"--merged-chunks: unknown mode {self.merged_chunks!r}; use spread or first"
+                f"unknown mode {self.merged_chunks!r}; use spread or first", field="merged_chunks"
             )
         if self.max_error_rate is not None and not 0 <= self.max_error_rate <= 1:
-            raise SpecError(f"--max-error-rate: must be within 0-1, got {self.max_error_rate!r}")
+            raise SpecError(
+                f"must be within 0-1, got {self.max_error_rate!r}", field="max_error_rate"
+            )
         if not 0 < self.token_id_low < self.token_id_high:
             raise SpecError("token id range must satisfy 0 < low < high")
         if self.warmup_requests < 0:
-            raise SpecError(f"--warmup: must be zero or more, got {self.warmup_requests}")
+            raise SpecError(f"must be zero or more, got {self.warmup_requests}", field="warmup")
 
 
 @dataclass(slots=True, repr=False)
@@ -98,6 +102,7 @@ class LiveRecord:
     chunk_tokens: IntArray
     usage: dict[str, Any] | None = None
     warmup: bool = False
+    cancelled: bool = False  # cancelled by the caller (an early stop, Ctrl-C): not a failure
 
     def __repr__(self) -> str:
         # Short on purpose: asyncio formats the main task's result (with every record) when
@@ -110,6 +115,8 @@ class LiveRecord:
         they equal token_times_s and ones)."""
         data = self.record.to_json()
         data.update(http_status=self.http_status, usage=self.usage, warmup=self.warmup)
+        if self.cancelled:  # written only when true: every other record keeps its keys
+            data["cancelled"] = True
         if self.record.merged_chunks:
             data["chunk_times_s"] = [round(float(t), 7) for t in self.chunk_times_s]
             data["chunk_tokens"] = [int(k) for k in self.chunk_tokens]
@@ -131,7 +138,14 @@ class LiveRecord:
             chunk_tokens=chunk_tokens,
             usage=data.get("usage"),
             warmup=bool(data.get("warmup", False)),
+            cancelled=bool(data.get("cancelled", _legacy_cancelled(record))),
         )
+
+
+def _legacy_cancelled(record: RequestRecord) -> bool:
+    """Whether a record written before the ``cancelled`` field was cancelled: the client's own
+    error text said so ("cancelled after N tokens"). Read here only, at the file boundary."""
+    return (record.error or "").startswith("cancelled")
 
 
 @dataclass(slots=True, frozen=True)
@@ -143,8 +157,24 @@ class RunProgress:
     elapsed_s: float
 
 
-# Called after every finished request with all records so far; a string stops the run with it.
-StopRule = Callable[[Sequence[LiveRecord]], str | None]
+class StopReason(StrEnum):
+    """Why a replay stopped before its schedule ended."""
+
+    EARLY_STOP = "early_stop"  # a caller's rule: the verdict is already certain
+    ERROR_RATE = "error_rate"  # --max-error-rate exceeded
+    INTERRUPTED = "interrupted"  # Ctrl-C
+
+
+@dataclass(slots=True, frozen=True)
+class Stop:
+    """A stop rule's decision: the reason as a field, and the sentence shown to the user."""
+
+    reason: StopReason
+    message: str
+
+
+# Called after every finished request with all records so far; a Stop ends the run with it.
+StopRule = Callable[[Sequence[LiveRecord]], Stop | None]
 
 
 @dataclass(slots=True, repr=False)
@@ -156,7 +186,8 @@ class RunOutcome:
     target_rate_per_s: float
     duration_s: float
     complete: bool
-    stop_reason: str | None = None
+    stop_reason: str | None = None  # the sentence (results.json's incomplete_reason)
+    stopped_by: StopReason | None = None  # the same, as a field
     merged_chunks_mode: str = "spread"
     server_before: ServerSnapshot | None = None
     server_after: ServerSnapshot | None = None
@@ -204,8 +235,8 @@ class RunOutcome:
         return {
             "scheduled": self.scheduled,
             "sent": len(self.records),
-            "target_rate_per_s": _finite_or_none(self.target_rate_per_s),
-            "achieved_rate_per_s": _finite_or_none(achieved),
+            "target_rate_per_s": finite_or_none(self.target_rate_per_s, digits=4),
+            "achieved_rate_per_s": finite_or_none(achieved, digits=4),
             "send_lag_ms": stats(lag_ms),
             "timer_lateness_ms": stats(wake_ms),
             "chunks": chunks,
@@ -217,10 +248,6 @@ class RunOutcome:
             "stop_reason": self.stop_reason,
             "duration_s": round(self.duration_s, 4),
         }
-
-
-def _finite_or_none(value: float) -> float | None:
-    return round(float(value), 4) if np.isfinite(value) else None
 
 
 def token_times_s(chunk_times_s: FloatArray, chunk_tokens: IntArray, mode: str) -> FloatArray:
@@ -263,15 +290,16 @@ def prompt_ids(schedule: Schedule, index: int, options: RunOptions) -> list[int]
 def error_rate_rule(max_error_rate: float, min_finished: int) -> StopRule:
     """Stop when, after ``min_finished`` finished requests, the failed share exceeds the limit."""
 
-    def rule(records: Sequence[LiveRecord]) -> str | None:
+    def rule(records: Sequence[LiveRecord]) -> Stop | None:
         if len(records) < min_finished:
             return None
         failed = sum(1 for live in records if not live.record.ok)
         share = failed / len(records)
         if share > max_error_rate:
-            return (
+            return Stop(
+                StopReason.ERROR_RATE,
                 f"aborted: {failed} of {len(records)} finished requests failed "
-                f"({share:.0%} > --max-error-rate {max_error_rate:.0%})"
+                f"({share:.0%} > --max-error-rate {max_error_rate:.0%})",
             )
         return None
 
@@ -305,6 +333,7 @@ def _to_live(
         chunk_tokens=chunk_tokens,
         usage=result.usage,
         warmup=index < options.warmup_requests,
+        cancelled=result.cancelled,
     )
 
 
@@ -335,7 +364,7 @@ async def run_schedule(
     offsets_s = schedule.target_s - (schedule.target_s[0] if n else 0.0)
     finished: dict[int, LiveRecord] = {}
     in_flight: dict[int, asyncio.Task[StreamResult]] = {}
-    stop_reason: str | None = None
+    stop: Stop | None = None
     stopped = asyncio.Event()
     failed = 0
     send_times: dict[int, SendTime] = {}
@@ -356,10 +385,10 @@ async def run_schedule(
                 )  # fmt: skip
 
         def on_done(index: int, task: asyncio.Task[StreamResult]) -> None:
-            nonlocal failed, stop_reason, last_done_s
+            nonlocal failed, stop, last_done_s
             in_flight.pop(index, None)
             held = send_times[index].late_s is None
-            if held and (task.cancelled() or (task.result().error or "").startswith("cancelled")):
+            if held and (task.cancelled() or task.result().cancelled):
                 # Stopped while it waited out its lead time (a task cancelled before it began
                 # included): its bytes never left, so it was not sent, like the requests after it.
                 report()
@@ -370,12 +399,12 @@ async def run_schedule(
             failed += not live.record.ok
             last_done_s = time.monotonic()
             report()
-            if stop_reason is None:
+            if stop is None:
                 done = list(finished.values())
                 for rule in rules:
-                    reason = rule(done)
-                    if reason:
-                        stop_reason = reason
+                    decision = rule(done)
+                    if decision is not None:
+                        stop = decision
                         stopped.set()
                         break
             if not in_flight and len(finished) == n:
@@ -419,7 +448,7 @@ async def run_schedule(
             current = asyncio.current_task()
             if current is not None:
                 current.uncancel()  # we handle Ctrl-C here and still return the partial run
-            stop_reason = stop_reason or "interrupted (Ctrl-C): partial results"
+            stop = stop or Stop(StopReason.INTERRUPTED, "interrupted (Ctrl-C): partial results")
         finally:
             sender.cancel()
             for task in list(in_flight.values()):
@@ -435,8 +464,9 @@ async def run_schedule(
         scheduled=n,
         target_rate_per_s=schedule.rate_per_s,
         duration_s=max(0.0, last_done_s - start_s),
-        complete=stop_reason is None and len(records) == n,
-        stop_reason=stop_reason,
+        complete=stop is None and len(records) == n,
+        stop_reason=None if stop is None else stop.message,
+        stopped_by=None if stop is None else stop.reason,
         merged_chunks_mode=options.merged_chunks,
         server_before=before,
         server_after=after,

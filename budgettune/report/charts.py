@@ -64,17 +64,6 @@ def round_sig(values: Sequence[float | None] | np.ndarray, digits: int = 4) -> l
     return out
 
 
-def fmt_ms(value_ms: float | None) -> str:
-    """31.2 -> '31.2 ms', 1530 -> '1.53 s', inf -> 'inf (failures)'."""
-    if value_ms is None or math.isnan(value_ms):
-        return "-"
-    if math.isinf(value_ms):
-        return "inf (failures)"
-    if value_ms >= 1000:
-        return f"{value_ms / 1000:.3g} s"
-    return f"{value_ms:.3g} ms"
-
-
 def budget_colors(budgets: Sequence[int | None]) -> dict[int | None, str]:
     """A colour per budget, dark for small budgets to light for large; ``none`` in grey."""
     numeric = sorted({b for b in budgets if b is not None})

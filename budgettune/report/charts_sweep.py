@@ -12,6 +12,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 
+from budgettune.core.units import format_ms_3sig
 from budgettune.report.charts import (
     FAIL_COLOR,
     FEASIBLE_FILL,
@@ -23,7 +24,6 @@ from budgettune.report.charts import (
     Chart,
     budget_axis,
     budget_colors,
-    fmt_ms,
     hline,
     pct_name,
     round_sig,
@@ -135,7 +135,7 @@ def latency_vs_budget_chart(sweep: SweepInput, metric: str) -> Chart:
                     ],
                 },
                 name=f"{pct_name(pct)} {name} measured (green pass, red fail)",
-                text=[fmt_ms(v) for v in measured],
+                text=[format_ms_3sig(v) for v in measured],
                 hovertemplate="budget %{x}: %{text} measured<extra></extra>",
             )
         )
@@ -148,7 +148,7 @@ def latency_vs_budget_chart(sweep: SweepInput, metric: str) -> Chart:
     else:
         fig.update_yaxes(rangemode="tozero")
     if slo is not None:
-        hline(fig, slo, f"{name} SLO {fmt_ms(slo)}", SLO_COLOR)
+        hline(fig, slo, f"{name} SLO {format_ms_3sig(slo)}", SLO_COLOR)
     none_point = next((p for p in sweep.points if p.budget_tokens is None), None)
     none_value = (
         _value(
@@ -165,7 +165,7 @@ def latency_vs_budget_chart(sweep: SweepInput, metric: str) -> Chart:
             none_point.predicted_ttft if metric == "ttft" else none_point.predicted_tbt, pct
         )
     if none_value is not None and math.isfinite(none_value):
-        hline(fig, none_value, f"no chunking: {fmt_ms(none_value)}", NEUTRAL_COLOR, "dot")
+        hline(fig, none_value, f"no chunking: {format_ms_3sig(none_value)}", NEUTRAL_COLOR, "dot")
     _budget_marks(fig, sweep)
     _engine_failures(fig, points)
     chart_id = f"chart-{metric}-vs-budget"
@@ -217,11 +217,11 @@ def _latency_caption(
     if slo is not None and values:
         crossing = slo_crossing(budgets, values, slo)
         if crossing is not None:
-            text += f" The SLO line ({fmt_ms(slo)}) is crossed near {crossing:.0f} tokens."
+            text += f" The SLO line ({format_ms_3sig(slo)}) is crossed near {crossing:.0f} tokens."
         elif all(v is not None and v <= slo for v in values):
-            text += f" Every budget shown meets the SLO ({fmt_ms(slo)})."
+            text += f" Every budget shown meets the SLO ({format_ms_3sig(slo)})."
         elif all(v is None or v > slo for v in values):
-            text += f" No budget shown meets the SLO ({fmt_ms(slo)})."
+            text += f" No budget shown meets the SLO ({format_ms_3sig(slo)})."
     pairs = [
         (m, p)
         for m, p in zip(measured, predicted, strict=True)
@@ -374,7 +374,7 @@ def cdf_chart(sweep: SweepInput, metric: str) -> Chart | None:
     if tail > 0:
         hline(fig, tail, f"{pct_name(sweep.percentile)} ({tail:.2g} above)", NEUTRAL_COLOR, "dot")
     if slo is not None:
-        vline(fig, slo, f"SLO {fmt_ms(slo)}", SLO_COLOR, "dash")
+        vline(fig, slo, f"SLO {format_ms_3sig(slo)}", SLO_COLOR, "dash")
     unit = "gap between two tokens of one request" if metric == "tbt" else "request"
     caption = (
         f"Each line is one budget, one sample per {unit}, drawn as its tail: the share of "

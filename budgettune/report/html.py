@@ -15,7 +15,8 @@ from urllib.parse import quote
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
-from budgettune.report.charts import Chart, fmt_ms, profile_chart
+from budgettune.core.units import format_ms_3sig
+from budgettune.report.charts import Chart, profile_chart
 from budgettune.report.charts_run import arrival_rate_chart, timeline_chart, workload_lengths_chart
 from budgettune.report.charts_sweep import (
     cdf_chart,
@@ -103,9 +104,10 @@ def _verdict_html(verdict: Verdict) -> str:
                 if check.passed
                 else '<span class="fail">fail</span>'
             )
+            value, limit = format_ms_3sig(check.value_ms), format_ms_3sig(check.limit_ms)
             parts.append(
-                f'<tr><td>{_e(check.name)}</td><td class="num">{_e(fmt_ms(check.value_ms))}</td>'
-                f'<td class="num">{_e(fmt_ms(check.limit_ms))}</td><td>{mark}</td></tr>'
+                f'<tr><td>{_e(check.name)}</td><td class="num">{_e(value)}</td>'
+                f'<td class="num">{_e(limit)}</td><td>{mark}</td></tr>'
             )
         parts.append("</table>")
     for line in verdict.details:
@@ -120,7 +122,7 @@ def _verdict_html(verdict: Verdict) -> str:
 
 
 def _ms_text(value: float | None) -> str | None:
-    return None if value is None else fmt_ms(value)
+    return None if value is None else format_ms_3sig(value)
 
 
 def _sweep_table(sweep: SweepInput) -> str:

@@ -23,6 +23,8 @@ from budgettune.artifacts.results import Results, point_records
 from budgettune.core import metrics
 from budgettune.core.errors import UserError
 from budgettune.core.records import RequestRecord
+from budgettune.core.slo import SLO
+from budgettune.core.units import format_ms_3sig
 from budgettune.report.inputs import (
     BudgetPoint,
     Check,
@@ -45,6 +47,17 @@ class Slo:
     tbt_ms: float | None = None
     ttft_ms: float | None = None
     percentile: float = 99.0
+
+    def rule(self) -> SLO | None:
+        """These targets as the one SLO judgement (:class:`~budgettune.core.slo.SLO`), a target
+        not given never broken; None when neither is given."""
+        if self.tbt_ms is None and self.ttft_ms is None:
+            return None
+        return SLO(
+            tbt_s=math.inf if self.tbt_ms is None else self.tbt_ms / 1e3,
+            ttft_s=math.inf if self.ttft_ms is None else self.ttft_ms / 1e3,
+            percentile=self.percentile,
+        )
 
 
 def recorded_slo(config: Mapping[str, Any], slo: Slo) -> Slo:
@@ -95,25 +108,31 @@ def _budget(value: object, *, source: str) -> int | None:
 
 def _judge(tbt: Percentiles | None, ttft: Percentiles | None, slo: Slo) -> bool | None:
     """Both SLOs met at the percentile; None when there is no SLO or no figure to judge."""
-    checks: list[bool] = []
-    for summary, limit in ((tbt, slo.tbt_ms), (ttft, slo.ttft_ms)):
-        if limit is None:
-            continue
-        value = None if summary is None else summary.at(slo.percentile)
-        if value is None:
-            return None
-        checks.append(value <= limit)
-    return all(checks) if checks else None
+    checks = slo_checks(tbt, ttft, slo)
+    if not checks or any(check.value_ms is None for check in checks):
+        return None
+    return all(check.passed for check in checks)
 
 
 def slo_checks(tbt: Percentiles | None, ttft: Percentiles | None, slo: Slo) -> tuple[Check, ...]:
-    out = []
+    """One line per SLO given: the figure at the percentile against its target, judged by
+    :meth:`SLO.judge_at` (the one SLO judgement); a missing figure does not pass."""
+    rule = slo.rule()
+    if rule is None:
+        return ()
+    tbt_ms = None if tbt is None else tbt.at(slo.percentile)
+    ttft_ms = None if ttft is None else ttft.at(slo.percentile)
+    judgement = rule.judge_at(
+        math.nan if tbt_ms is None else tbt_ms / 1e3, math.nan if ttft_ms is None else ttft_ms / 1e3
+    )
     pct = f"p{slo.percentile:g}"
-    for name, summary, limit in (("TBT", tbt, slo.tbt_ms), ("TTFT", ttft, slo.ttft_ms)):
-        if limit is None:
-            continue
-        value = None if summary is None else summary.at(slo.percentile)
-        out.append(Check(f"{pct} {name}", value, limit, value is not None and value <= limit))
+    out = []
+    if slo.tbt_ms is not None:
+        out.append(Check(f"{pct} TBT", tbt_ms, slo.tbt_ms, tbt_ms is not None and judgement.tbt_ok))
+    if slo.ttft_ms is not None:
+        out.append(
+            Check(f"{pct} TTFT", ttft_ms, slo.ttft_ms, ttft_ms is not None and judgement.ttft_ok)
+        )
     return tuple(out)
 
 
@@ -499,7 +518,7 @@ def results_input(
     pct = f"p{slo.percentile:g}"
     headline = (
         f"One measurement at budget {first.label}: {pct} TBT "
-        f"{_fmt(tbt99)}, {pct} TTFT {_fmt(ttft99)}"
+        f"{format_ms_3sig(tbt99)}, {pct} TTFT {format_ms_3sig(ttft99)}"
     )
     verdict = Verdict(
         headline=headline,
@@ -523,11 +542,3 @@ def results_input(
         provenance=provenance_from_results(results, files=files),
         notes=tuple(notes),
     )
-
-
-def _fmt(value_ms: float | None) -> str:
-    if value_ms is None:
-        return "-"
-    if math.isinf(value_ms):
-        return "inf (failures)"
-    return f"{value_ms / 1000:.3g} s" if value_ms >= 1000 else f"{value_ms:.3g} ms"

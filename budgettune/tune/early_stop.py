@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from budgettune.loadgen.runner import LiveRecord
+from budgettune.loadgen.runner import LiveRecord, Stop, StopReason
 from budgettune.trace.schedule import Schedule
 
 
@@ -54,7 +54,7 @@ class EarlyStop:
         )
         self._ttft_limit = violations_for_certain_failure(len(outputs), self.quantile)
 
-    def __call__(self, records: Sequence[LiveRecord]) -> str | None:
+    def __call__(self, records: Sequence[LiveRecord]) -> Stop | None:
         for live in records[self._seen :]:
             if live.warmup:
                 continue
@@ -73,9 +73,10 @@ class EarlyStop:
                 for name, failed in (("TBT", self.tbt_failed), ("TTFT", self.ttft_failed))
                 if failed
             )
-            return (
+            return Stop(
+                StopReason.EARLY_STOP,
                 f"early stop: the p{self.quantile * 100:g} {which} verdict is certain "
                 f"({self._tbt_over} gaps above the TBT SLO, {self._ttft_over} TTFTs above the "
-                "TTFT SLO)"
+                "TTFT SLO)",
             )
         return None

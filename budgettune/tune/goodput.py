@@ -51,7 +51,9 @@ def find_goodput(
     rate divided / multiplied by 1024. Raises SpecError for a non-positive start rate.
     """
     if not start_rate_per_s > 0:
-        raise SpecError(f"--rate: must be positive to start the search, got {start_rate_per_s!r}")
+        raise SpecError(
+            f"must be positive to start the search, got {start_rate_per_s!r}", field="rate"
+        )
     if not 0 < rel_precision < 1:
         raise ValueError(f"rel_precision must be in (0, 1), got {rel_precision}")
     lo_limit = min_rate_per_s if min_rate_per_s is not None else start_rate_per_s / 1024

@@ -27,9 +27,6 @@ class Prediction:
     summary: MetricsSummary
     decode_batch: float
 
-    def meets(self, slo_tbt_s: float, slo_ttft_s: float) -> bool:
-        return self.tbt_s <= slo_tbt_s and self.ttft_s <= slo_ttft_s
-
 
 def mean_decode_batch(records: Sequence[RequestRecord]) -> float:
     """Time-average number of requests between first and last token (Little's law)."""

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from budgettune.core.units import format_ms
 from budgettune.tune.candidates import Candidates
+from budgettune.tune.point import Point
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,14 +20,6 @@ class Recommendation:
     headline: str
     reasons: tuple[str, ...]
     binding_slo: str | None  # "tbt", "ttft" or "both" when nothing is feasible
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "budget": self.budget_tokens,
-            "headline": self.headline,
-            "reasons": list(self.reasons),
-            "binding_slo": self.binding_slo,
-        }
 
     @property
     def text(self) -> str:
@@ -54,7 +46,7 @@ def rate_text(
 
 
 def recommend(
-    points: Sequence[dict[str, Any]],
+    points: Sequence[Point],
     *,
     slo_tbt_s: float,
     slo_ttft_s: float,
@@ -73,52 +65,46 @@ def recommend(
     p = f"p{percentile:g}"
     load = rate_text(rate_per_s, asked_rate_per_s, requests)
     slo_tbt, slo_ttft = format_ms(slo_tbt_s), format_ms(slo_ttft_s)
-    measured = sorted(
-        (pt for pt in points if pt.get("status") == "measured"), key=lambda pt: pt["budget"]
-    )
-    passing = [pt for pt in measured if pt["ok"]]
+    measured = sorted((pt for pt in points if pt.is_measured), key=lambda pt: pt.budget)
+    passing = [pt for pt in measured if pt.ok]
     reasons: list[str] = []
     noise = _contradictions(measured, p)
     for pt in points:
-        if pt.get("status") not in (None, "measured"):
-            reasons.append(
-                f"Budget {pt['budget']}: {pt['status'].replace('_', ' ')} ({pt.get('error')})."
-            )
+        if not pt.is_measured:
+            reasons.append(f"Budget {pt.budget}: {pt.status.text} ({pt.error}).")
     if passing:
         # The feasible interval ends below the smallest budget that broke TBT. A larger budget
         # that passes anyway (usually the engine default) does so because few iterations fill
         # it: its p99 hides long gaps, so it is reported, not recommended.
-        cliff = min((pt["budget"] for pt in measured if pt["tbt_ok"] is False), default=None)
-        inside = [pt for pt in passing if cliff is None or pt["budget"] < cliff]
+        cliff = min((pt.budget for pt in measured if pt.tbt_ok is False), default=None)
+        inside = [pt for pt in passing if cliff is None or pt.budget < cliff]
         best = inside[-1] if inside else passing[-1]
         headline = (
-            f"Recommended: {best['budget']}. {p} TBT {_ms(best['tbt_ms'])} <= {slo_tbt}, "
-            f"{p} TTFT {_ms(best['ttft_ms'])} <= {slo_ttft} at {load}."
+            f"Recommended: {best.budget}. {p} TBT {_ms(best.tbt_ms)} <= {slo_tbt}, "
+            f"{p} TTFT {_ms(best.ttft_ms)} <= {slo_ttft} at {load}."
         )
-        above = [pt for pt in measured if pt["budget"] > best["budget"]]
+        above = [pt for pt in measured if pt.budget > best.budget]
         if above:
-            reasons.insert(0, f"{above[0]['budget']} {_breaks(above[0], p)}.")
-        elif best["budget"] == max(candidates.budgets, default=best["budget"]):
+            reasons.insert(0, f"{above[0].budget} {_breaks(above[0], p)}.")
+        elif best.budget == max(candidates.budgets, default=best.budget):
             reasons.insert(0, "It is the largest candidate; larger budgets were not tried.")
         if not inside:
             reasons.insert(
                 0,
-                f"{cliff} breaks {p} TBT, yet the larger {best['budget']} meets it; no budget "
+                f"{cliff} breaks {p} TBT, yet the larger {best.budget} meets it; no budget "
                 f"measured below {cliff} meets both SLOs.",
             )
-        fragile = [pt for pt in passing if pt["budget"] > best["budget"]]
+        fragile = [pt for pt in passing if pt.budget > best.budget]
         for pt in fragile:
-            reasons.append(_fragile_pass(pt, best["budget"], cliff, p, default_budget,
+            reasons.append(_fragile_pass(pt, best.budget, cliff, p, default_budget,
                                          baseline_label))  # fmt: skip
-        if default_budget not in {pt["budget"] for pt in fragile}:
+        if default_budget not in {pt.budget for pt in fragile}:
             reasons.extend(
-                _default_reason(
-                    measured, default_budget, best["budget"], slo_tbt_s, p, baseline_label
-                )
+                _default_reason(measured, default_budget, best.budget, slo_tbt_s, p, baseline_label)
             )
-        return Recommendation(best["budget"], headline, tuple(reasons + noise), None)
-    tbt_fail = [pt for pt in measured if not pt["tbt_ok"]]
-    ttft_fail = [pt for pt in measured if not pt["ttft_ok"]]
+        return Recommendation(best.budget, headline, tuple(reasons + noise), None)
+    tbt_fail = [pt for pt in measured if not pt.tbt_ok]
+    ttft_fail = [pt for pt in measured if not pt.ttft_ok]
     if not measured:
         return Recommendation(
             None,
@@ -130,7 +116,7 @@ def recommend(
         binding = "tbt"
         smallest = measured[0]
         advice = (
-            f"TBT binds: even {smallest['budget']} gives {p} TBT {_ms(smallest['tbt_ms'])} > "
+            f"TBT binds: even {smallest.budget} gives {p} TBT {_ms(smallest.tbt_ms)} > "
             f"{slo_tbt}. A smaller budget pays a full weight read per chunk (ridge "
             f"{candidates.ridge_tokens:.0f} tokens); lower the rate, loosen the TBT SLO, add GPUs "
             "(tensor parallel), or separate prefill from decode (disaggregation)."
@@ -139,7 +125,7 @@ def recommend(
         binding = "ttft"
         largest = measured[-1]
         advice = (
-            f"TTFT binds: even {largest['budget']} gives {p} TTFT {_ms(largest['ttft_ms'])} > "
+            f"TTFT binds: even {largest.budget} gives {p} TTFT {_ms(largest.ttft_ms)} > "
             f"{slo_ttft}. Prompts queue faster than they are prefilled: lower the rate, loosen "
             "the TTFT SLO, try larger budgets (--budgets), add GPUs, or disaggregate prefill."
         )
@@ -156,7 +142,7 @@ def recommend(
 
 
 def _fragile_pass(
-    point: dict[str, Any],
+    point: Point,
     chosen: int,
     cliff: int | None,
     p: str,
@@ -164,32 +150,32 @@ def _fragile_pass(
     label: str,
 ) -> str:
     """Why a passing budget above the answer (above a budget that broke TBT) is not chosen."""
-    budget = point["budget"]
+    budget = point.budget
     name = f"{label} ({budget})" if budget == default_budget else str(budget)
-    worst = ((point.get("measured") or {}).get("tbt_ms") or {}).get("max")
+    worst = point.measured.tbt.max if point.measured is not None else None
     tail = f", max {_ms(worst)}" if worst is not None else ""
     return (
-        f"{name} meets both SLOs too ({p} TBT {_ms(point['tbt_ms'])}{tail}), but {cliff} below "
+        f"{name} meets both SLOs too ({p} TBT {_ms(point.tbt_ms)}{tail}), but {cliff} below "
         f"it breaks {p} TBT: few iterations fill {budget} with this traffic, so its {p} passes "
         f"while its longest gaps do not; {chosen} is the safer choice."
     )
 
 
-def _predicted_tbt_ms(point: dict[str, Any]) -> float | None:
-    value = (point.get("predicted") or {}).get("tbt_at_slo_ms")
-    return float(value) if isinstance(value, int | float) else None
+def _predicted_tbt_ms(point: Point) -> float | None:
+    return None if point.predicted is None else point.predicted.tbt_at_slo_ms
 
 
-def _contradictions(measured: Sequence[dict[str, Any]], p: str) -> list[str]:
+def _contradictions(measured: Sequence[Point], p: str) -> list[str]:
     """A warning when measurements break the interval the search assumes (TTFT only falls and
     TBT only rises with the budget) and the simulator does not predict it: the engine or the
     machine was noisy during the run. A TBT order the simulator predicts too comes from the
     traffic and is explained by :func:`_fragile_pass` instead."""
-    by_budget = {pt["budget"]: pt for pt in measured}
+    by_budget = {pt.budget: pt for pt in measured}
     notes = []
-    for slo, key in (("TTFT", "ttft_ok"), ("TBT", "tbt_ok")):
-        bad = [pt["budget"] for pt in measured if pt[key] is False]
-        good = [pt["budget"] for pt in measured if pt[key]]
+    for slo in ("TTFT", "TBT"):
+        verdicts = [(pt.budget, pt.ttft_ok if slo == "TTFT" else pt.tbt_ok) for pt in measured]
+        bad = [budget for budget, ok in verdicts if ok is False]
+        good = [budget for budget, ok in verdicts if ok]
         if slo == "TTFT":
             clash = [(g, b) for b in bad for g in good if g < b]  # a smaller budget met TTFT
         else:
@@ -211,17 +197,17 @@ def _contradictions(measured: Sequence[dict[str, Any]], p: str) -> list[str]:
     return notes
 
 
-def _breaks(point: dict[str, Any], p: str) -> str:
+def _breaks(point: Point, p: str) -> str:
     parts = []
-    if not point["tbt_ok"]:
-        parts.append(f"{p} TBT ({_ms(point['tbt_ms'])})")
-    if not point["ttft_ok"]:
-        parts.append(f"{p} TTFT ({_ms(point['ttft_ms'])})")
+    if not point.tbt_ok:
+        parts.append(f"{p} TBT ({_ms(point.tbt_ms)})")
+    if not point.ttft_ok:
+        parts.append(f"{p} TTFT ({_ms(point.ttft_ms)})")
     return "breaks " + " and ".join(parts) if parts else "meets both"
 
 
 def _default_reason(
-    measured: Sequence[dict[str, Any]],
+    measured: Sequence[Point],
     default_budget: int | None,
     chosen: int,
     slo_tbt_s: float,
@@ -230,13 +216,13 @@ def _default_reason(
 ) -> list[str]:
     if default_budget is None or default_budget == chosen:
         return [] if default_budget is None else [f"{label} is that budget."]
-    found = [pt for pt in measured if pt["budget"] == default_budget]
+    found = [pt for pt in measured if pt.budget == default_budget]
     if not found:
         return []
     point = found[0]
-    if point["ok"]:
+    if point.ok:
         return [f"{label} ({default_budget}) also meets both SLOs."]
     detail = _breaks(point, p)
-    if not point["tbt_ok"] and point["tbt_ms"]:
-        detail += f", {point['tbt_ms'] / (slo_tbt_s * 1e3):.1f}x the TBT SLO"
+    if not point.tbt_ok and point.tbt_ms:
+        detail += f", {point.tbt_ms / (slo_tbt_s * 1e3):.1f}x the TBT SLO"
     return [f"{label} ({default_budget}) {detail}."]

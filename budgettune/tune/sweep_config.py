@@ -4,13 +4,22 @@ step-time model, candidates, the run folder."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from budgettune.core.slo import SLO
 from budgettune.engines.base import LaunchSpec
 from budgettune.loadgen.runner import RunOptions
 from budgettune.model.stepmodel import StepModel
 from budgettune.sim.scheduler import SchedulerConfig
+
+
+class ModelSourceKind(StrEnum):
+    """Where the predictions' step-time model came from, as a field beside its prose."""
+
+    PROFILE = "profile"  # a calibrated profile (given, or measured first)
+    ANALYTIC = "analytic"  # the analytic roofline of presets, not measured
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,7 +33,7 @@ class SweepConfig:
     base_spec: LaunchSpec
     run: RunOptions
     step_model: StepModel
-    model_source: str  # where the step-time model came from, for the report
+    model_source: str  # where the step-time model came from, in words, for the report
     scheduler: SchedulerConfig  # the prediction's scheduler (budget replaced per candidate)
     traffic: str
     rate_per_s: float  # the schedule's realised rate
@@ -42,7 +51,14 @@ class SweepConfig:
     served_model: str | None = None  # the model path/name for the written engine configs
     asked_rate_per_s: float | None = None  # --rate (the realised rate of a short schedule differs)
     requests: int | None = None  # requests in the schedule
+    # The kind of model_source; None: the caller did not say (the report adds no note).
+    model_source_kind: ModelSourceKind | None = None
 
     @property
     def quantile(self) -> float:
         return self.percentile / 100.0
+
+    @property
+    def slo(self) -> SLO:
+        """The SLOs every verdict of this sweep is judged against."""
+        return SLO(tbt_s=self.slo_tbt_s, ttft_s=self.slo_ttft_s, percentile=self.percentile)

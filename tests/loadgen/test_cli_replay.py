@@ -125,7 +125,7 @@ def test_ctrl_c_during_replay_writes_partial_results_and_stops_the_engine(
     records = results.points[0]["records"]
     assert 0 < len(records) < 60
     errors = [r["error"] for r in records]
-    assert any(e and e.startswith("cancelled") for e in errors), (errors, results.incomplete_reason)
+    assert any(r.get("cancelled") for r in records), (errors, results.incomplete_reason)
     assert results.engine is not None and not group_members(results.engine["pid"])
     assert "stopped;" in log.read_text()  # the engine got SIGINT and shut down cleanly
 

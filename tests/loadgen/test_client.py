@@ -14,6 +14,7 @@ from budgettune.loadgen.client import SSEParser, StreamResult, completion_body
 from budgettune.loadgen.runner import (
     LiveRecord,
     RunOptions,
+    StopReason,
     error_rate_rule,
     prompt_ids,
     token_times_s,
@@ -101,11 +102,14 @@ def test_prompt_ids_exact_length_seeded_and_prefix_groups() -> None:
     assert prompt_ids(schedule, 2, RunOptions(seed=12)) != ids[2]
 
 
-def test_run_options_validation_names_the_option() -> None:
-    with pytest.raises(SpecError, match="--merged-chunks"):
+def test_run_options_validation_names_the_field() -> None:
+    # the field is the option's parameter name: the CLI shows it as --merged-chunks
+    with pytest.raises(SpecError, match=r"^merged_chunks: unknown mode 'both'") as caught:
         RunOptions(merged_chunks="both")
-    with pytest.raises(SpecError, match="--max-error-rate"):
+    assert caught.value.field == "merged_chunks"
+    with pytest.raises(SpecError, match=r"^max_error_rate: must be within 0-1") as caught:
         RunOptions(max_error_rate=1.5)
+    assert caught.value.field == "max_error_rate"
 
 
 def _live(ok: bool) -> LiveRecord:
@@ -119,8 +123,9 @@ def test_error_rate_rule_waits_for_enough_requests_then_stops() -> None:
     rule = error_rate_rule(0.2, 5)
     assert rule([_live(False)] * 4) is None  # too few finished to judge
     assert rule([_live(True)] * 4 + [_live(False)]) is None  # 20% is not above 20%
-    message = rule([_live(True)] * 3 + [_live(False)] * 2)
-    assert message is not None and "2 of 5" in message and "--max-error-rate 20%" in message
+    stop = rule([_live(True)] * 3 + [_live(False)] * 2)
+    assert stop is not None and stop.reason is StopReason.ERROR_RATE
+    assert "2 of 5" in stop.message and "--max-error-rate 20%" in stop.message
 
 
 def test_live_record_json_round_trip_keeps_merged_chunks() -> None:

@@ -17,7 +17,7 @@ from budgettune.core.metrics import summarize, ttft_s
 from budgettune.engines.base import LaunchSpec
 from budgettune.engines.embedded.engine import SimEngine
 from budgettune.engines.process import free_port, group_members
-from budgettune.loadgen.runner import RunOptions, RunOutcome, Target, run_schedule
+from budgettune.loadgen.runner import RunOptions, RunOutcome, StopReason, Target, run_schedule
 from budgettune.loadgen.server_metrics import server_side
 from budgettune.trace.schedule import Schedule
 
@@ -119,6 +119,7 @@ def test_error_rate_abort_stops_sending(tmp_path: Path) -> None:
     outcome, _ = _replay(schedule, spec, RunOptions(max_error_rate=0.5))
     assert not outcome.complete
     assert outcome.stop_reason is not None and "--max-error-rate 50%" in outcome.stop_reason
+    assert outcome.stopped_by is StopReason.ERROR_RATE
     assert 10 <= len(outcome.records) < 40
     assert all(not live.record.ok for live in outcome.records)
 

@@ -11,17 +11,30 @@ import platform
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from budgettune.app.report import build_input
 from budgettune.artifacts.results import Results, save_results
+from budgettune.artifacts.runfolder import append_point
 from budgettune.core.records import RequestRecord
 from budgettune.loadgen.runner import LiveRecord
+from budgettune.tune.point import (
+    PercentilesMs,
+    Point,
+    Predicted,
+    Role,
+    Status,
+    StopReason,
+    SummaryMs,
+)
 
 
 def _live(record: RequestRecord) -> dict:
+    # written without the ``cancelled`` field, as before it existed: the reader tells a
+    # cancellation from the client's "cancelled after N tokens" (the legacy path)
     times = record.token_times_s
     return LiveRecord(record, 200, times, np.ones(len(times), dtype=np.int64)).to_json()
 
@@ -35,14 +48,17 @@ def _write_budget_results(run_dir: Path, budget: int, records: list[RequestRecor
     return save_results(results, run_dir / f"budget-{budget}")
 
 
-def _summary(tbt_p99: float | None, ttft_p99: float | None, failed: int) -> dict:
-    return {
-        "tbt_ms": {"p50": 5.0, "p99": tbt_p99},
-        "ttft_ms": {"p50": None if ttft_p99 is None else ttft_p99 / 2, "p99": ttft_p99},
-        "throughput_tokens_per_s": 900.0,
-        "completed": 10,
-        "failed": failed,
-    }
+def _summary(tbt_p99: float | None, ttft_p99: float | None, failed: int) -> SummaryMs:
+    def metric(p50: float | None, p99: float | None) -> PercentilesMs:
+        return PercentilesMs(p50=p50, p90=None, p99=p99, p999=None, max=None)
+
+    ttft = metric(None if ttft_p99 is None else ttft_p99 / 2, ttft_p99)
+    none = metric(None, None)
+    return SummaryMs(ttft, metric(5.0, tbt_p99), none, none, 900.0, 10, failed)
+
+
+def _predicted(tbt_p99: float, ttft_p99: float) -> Predicted:
+    return Predicted(_summary(tbt_p99, ttft_p99, 0), tbt_p99, ttft_p99, decode_batch=4.0)
 
 
 @pytest.fixture
@@ -51,9 +67,8 @@ def partial_run(tmp_path: Path) -> Path:
     cancelled and 1 real timeout; 2048's engine never started."""
     run = tmp_path / "run"
     run.mkdir()
-    (run / "sweep.json").write_text(
-        json.dumps({"slo_tbt_s": 0.03, "slo_ttft_s": 1.0, "percentile": 99.0, "model": "m"})
-    )
+    settings = {"slo_tbt_s": 0.03, "slo_ttft_s": 1.0, "percentile": 99.0, "model": "m"}
+    (run / "sweep.json").write_text(json.dumps({**settings, "schema_version": 1}))
     ok = [RequestRecord(i, 100, 3, 0.1 * i, 0.1 * i, 0.1 * i + np.array([0.05, 0.06, 0.08]))
           for i in range(4)]  # fmt: skip
     cut = [
@@ -63,26 +78,31 @@ def partial_run(tmp_path: Path) -> Path:
         RequestRecord(3, 100, 3, 0.3, 0.3, np.array([0.4]), error="cancelled after 1 tokens"),
         RequestRecord(4, 100, 3, 0.4, 0.4, np.array([]), error="timeout after 300s"),
     ]
+    common: dict[str, Any] = {"role": Role.CANDIDATE, "rate_per_s": 10.0, "wall_s": 1.0}
     points = [
-        {
-            "budget": 512, "status": "measured", "ok": True, "tbt_ok": True, "ttft_ok": True,
-            "tbt_ms": 20.0, "ttft_ms": 80.0, "measured": _summary(20.0, 80.0, 0),
-            "predicted": _summary(18.0, 90.0, 0),
-            "results_file": str(_write_budget_results(run, 512, ok)),
-        },
-        {
-            "budget": 1024, "status": "measured", "ok": False, "tbt_ok": False, "ttft_ok": True,
-            "tbt_ms": 40.0, "ttft_ms": None, "measured": _summary(40.0, None, 4),
-            "early_stop": "early stop: the p99 TBT verdict is certain (9 gaps above the TBT SLO)",
-            "predicted": _summary(35.0, 70.0, 0),
-            "results_file": str(_write_budget_results(run, 1024, cut)),
-        },
-        {
-            "budget": 2048, "status": "engine_failed", "ok": False, "tbt_ok": None,
-            "ttft_ok": None, "error": "engine exited with code 1", "predicted": None,
-        },
+        Point(
+            budget=512, status=Status.MEASURED, ok=True, tbt_ok=True, ttft_ok=True,
+            tbt_ms=20.0, ttft_ms=80.0, measured=_summary(20.0, 80.0, 0), complete=True,
+            predicted=_predicted(18.0, 90.0),
+            results_file=str(_write_budget_results(run, 512, ok)), **common,
+        ),
+        Point(
+            budget=1024, status=Status.MEASURED, ok=False, tbt_ok=False, ttft_ok=True,
+            tbt_ms=40.0, ttft_ms=None, measured=_summary(40.0, None, 4),
+            stopped_by=StopReason.EARLY_STOP,
+            stop_message="early stop: the p99 TBT verdict is certain (9 gaps above the TBT SLO)",
+            predicted=_predicted(35.0, 70.0),
+            results_file=str(_write_budget_results(run, 1024, cut)), **common,
+        ),
+        Point(
+            budget=2048, status=Status.ENGINE_FAILED, ok=False, tbt_ok=None, ttft_ok=None,
+            error="engine exited with code 1", predicted=None, **common,
+        ),
     ]  # fmt: skip
-    (run / "points.jsonl").write_text("".join(json.dumps(p) + "\n" for p in points) + '{"cut')
+    for point in points:
+        append_point(run, point)
+    with open(run / "points.jsonl", "a") as handle:
+        handle.write('{"cut')  # a sweep killed while it wrote its last line
     return run
 
 

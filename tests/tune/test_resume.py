@@ -17,7 +17,8 @@ FLAGS = {"slo_tbt": "--slo-tbt", "trace": "--trace", "budgets": "--budgets", "en
 def saved_folder(tmp_path: Path, options: dict) -> Path:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    (run_dir / "sweep.json").write_text(json.dumps({"options": saved_options(options)}))
+    document = {"options": saved_options(options), "schema_version": 1}
+    (run_dir / "sweep.json").write_text(json.dumps(document))
     return run_dir
 
 
@@ -50,7 +51,7 @@ def test_a_different_question_is_refused_naming_each_option(tmp_path: Path) -> N
     given = {"slo_tbt": "50ms", "budgets": None, "env": ["B=2"]}
     with pytest.raises(UserError) as caught:
         restore_options(tmp_path, saved, given, set(given), FLAGS)
-    assert str(caught.value) == (
+    assert caught.value.shown_as("--resume") == (  # the CLI shows the field as the option
         f"--resume: {tmp_path} was a sweep with --budgets 512,1024, --slo-tbt 46ms; this "
         "command gives --budgets (unset), --slo-tbt 50ms"
     )
@@ -61,5 +62,25 @@ def test_missing_folder_and_old_sweeps(tmp_path: Path) -> None:
         read_saved_options(tmp_path / "nope")
     with pytest.raises(UserError, match=r"holds no sweep \(sweep.json is missing\)"):
         read_saved_options(tmp_path)
-    (tmp_path / "sweep.json").write_text(json.dumps({"slo_tbt_s": 0.05}))
+    (tmp_path / "sweep.json").write_text(json.dumps({"slo_tbt_s": 0.05, "schema_version": 1}))
     assert read_saved_options(tmp_path) is None  # saved before options were
+
+
+@pytest.mark.parametrize(
+    ("version", "message"),
+    [
+        (None, "field 'schema_version' is missing"),
+        ("1", "field 'schema_version': expected a whole number, got '1'"),
+        (99, "field 'schema_version': 99 is newer than this budgettune reads (1)"),
+    ],
+)
+def test_a_sweep_json_of_another_schema_is_refused(
+    tmp_path: Path, version: object, message: str
+) -> None:
+    document: dict[str, object] = {"slo_tbt_s": 0.05}
+    if version is not None:
+        document["schema_version"] = version
+    (tmp_path / "sweep.json").write_text(json.dumps(document))
+    with pytest.raises(UserError) as caught:
+        read_saved_options(tmp_path)
+    assert str(caught.value) == f"{tmp_path / 'sweep.json'}: {message}"

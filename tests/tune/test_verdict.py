@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from budgettune.tune.candidates import Candidates
+from budgettune.tune.point import PercentilesMs, Point, Predicted, Role, Status, SummaryMs
 from budgettune.tune.select import recommend
 
 CANDIDATES = Candidates(
@@ -13,15 +15,22 @@ CANDIDATES = Candidates(
 )  # fmt: skip
 
 
-def point(budget: int, tbt_ms: float, ttft_ms: float, role: str = "candidate") -> dict:
+def point(budget: int, tbt_ms: float, ttft_ms: float, role: str = "candidate") -> Point:
     tbt_ok, ttft_ok = tbt_ms <= 50, ttft_ms <= 1000
-    return {
-        "budget": budget, "role": role, "status": "measured", "tbt_ms": tbt_ms,
-        "ttft_ms": ttft_ms, "tbt_ok": tbt_ok, "ttft_ok": ttft_ok, "ok": tbt_ok and ttft_ok,
-    }  # fmt: skip
+    return Point(
+        budget=budget, role=Role(role), rate_per_s=16.0, predicted=None, status=Status.MEASURED,
+        tbt_ms=tbt_ms, ttft_ms=ttft_ms, tbt_ok=tbt_ok, ttft_ok=ttft_ok, ok=tbt_ok and ttft_ok,
+        wall_s=1.0,
+    )  # fmt: skip
 
 
-def choose(points: list[dict], default: int | None = 8192):
+def _summary(max_tbt_ms: float | None = None) -> SummaryMs:
+    none = PercentilesMs(None, None, None, None, None)
+    tbt = PercentilesMs(None, None, None, None, max_tbt_ms)
+    return SummaryMs(none, tbt, none, none, None, 0, 0)
+
+
+def choose(points: list[Point], default: int | None = 8192):
     return recommend(
         points, slo_tbt_s=0.05, slo_ttft_s=1.0, percentile=99, rate_per_s=16,
         default_budget=default, candidates=CANDIDATES,
@@ -49,7 +58,10 @@ def test_nothing_feasible_names_the_binding_slo() -> None:
 
 
 def test_failed_engines_are_reported_not_chosen() -> None:
-    crashed = {"budget": 1536, "status": "crashed", "error": "engine exited with status -9"}
+    crashed = Point(
+        budget=1536, role=Role.CANDIDATE, rate_per_s=16.0, predicted=None, status=Status.CRASHED,
+        tbt_ok=None, ttft_ok=None, ok=False, wall_s=1.0, error="engine exited with status -9",
+    )  # fmt: skip
     rec = choose([point(512, 20, 700), point(1024, 40, 500), crashed], default=None)
     assert rec.budget_tokens == 1024
     assert any("Budget 1536: crashed (engine exited with status -9)" in r for r in rec.reasons)
@@ -62,11 +74,10 @@ def test_measurements_that_break_monotonicity_are_flagged() -> None:
     assert any(r.startswith("Note: p99 TTFT does not move monotonically") for r in rec.reasons)
 
 
-def with_prediction(pt: dict, predicted_tbt_ms: float, max_tbt_ms: float | None = None) -> dict:
-    pt["predicted"] = {"tbt_at_slo_ms": predicted_tbt_ms}
-    if max_tbt_ms is not None:
-        pt["measured"] = {"tbt_ms": {"max": max_tbt_ms}}
-    return pt
+def with_prediction(pt: Point, predicted_tbt_ms: float, max_tbt_ms: float | None = None) -> Point:
+    predicted = Predicted(_summary(), predicted_tbt_ms, None, 8.0)
+    measured = _summary(max_tbt_ms) if max_tbt_ms is not None else None
+    return dataclasses.replace(pt, predicted=predicted, measured=measured)
 
 
 def test_a_default_passing_above_the_tbt_cliff_is_reported_not_recommended() -> None:

@@ -1,0 +1,229 @@
+"""A sweep :class:`~budgettune.tune.point.Point` as JSON and back: the one place a point meets a
+file (points.jsonl, recommendation.json's ``points``, the sweep's results.json). The keys and
+their order are the documents' since schema 1; reading validates every field it types.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from budgettune.artifacts.fields import Fields
+from budgettune.tune.point import (
+    AtSlo,
+    Goodput,
+    GoodputProbe,
+    PercentilesMs,
+    Point,
+    Predicted,
+    Role,
+    Status,
+    StopReason,
+    SummaryMs,
+)
+
+_PERCENTILES = ("p50", "p90", "p99", "p999", "max")
+_METRICS = (("ttft_ms", "ttft"), ("tbt_ms", "tbt"), ("tpot_ms", "tpot"), ("e2e_ms", "e2e"))
+SUMMARY_KEYS = frozenset({*(key for key, _ in _METRICS), "throughput_tokens_per_s", "completed",
+                          "failed"})  # fmt: skip
+
+
+def summary_json(summary: SummaryMs) -> dict[str, Any]:
+    """As :meth:`MetricsSummary.to_json` writes it."""
+    out: dict[str, Any] = {
+        key: {name: getattr(getattr(summary, attr), name) for name in _PERCENTILES}
+        for key, attr in _METRICS
+    }
+    out.update(
+        throughput_tokens_per_s=summary.throughput_tokens_per_s,
+        completed=summary.completed,
+        failed=summary.failed,
+    )
+    return out
+
+
+def read_summary(fields: Fields) -> SummaryMs:
+    metrics = {}
+    for key, attr in _METRICS:
+        child = fields.child(key)
+        metrics[attr] = PercentilesMs(*(child.number_or_none(name) for name in _PERCENTILES))
+    return SummaryMs(
+        **metrics,
+        throughput_tokens_per_s=fields.number_or_none("throughput_tokens_per_s"),
+        completed=fields.integer("completed"),
+        failed=fields.integer("failed"),
+    )
+
+
+def predicted_json(predicted: Predicted | None) -> dict[str, Any] | None:
+    """The simulator's summary plus TBT and TTFT at the SLO percentile and the decode batch."""
+    if predicted is None:
+        return None
+    return {
+        **summary_json(predicted.summary),
+        "tbt_at_slo_ms": predicted.tbt_at_slo_ms,
+        "ttft_at_slo_ms": predicted.ttft_at_slo_ms,
+        "decode_batch": predicted.decode_batch,
+    }
+
+
+def read_predicted(fields: Fields | None) -> Predicted | None:
+    if fields is None:
+        return None
+    return Predicted(
+        summary=read_summary(fields),
+        tbt_at_slo_ms=fields.number_or_none("tbt_at_slo_ms"),
+        ttft_at_slo_ms=fields.number_or_none("ttft_at_slo_ms"),
+        decode_batch=fields.number("decode_batch"),
+    )
+
+
+def point_json(point: Point) -> dict[str, Any]:
+    """A point as points.jsonl and recommendation.json hold it (an engine that failed to start
+    has no measured keys; goodput keys only after a goodput search)."""
+    out: dict[str, Any] = {
+        "budget": point.budget,
+        "role": point.role.value,
+        "rate": point.rate_per_s,
+        "predicted": predicted_json(point.predicted),
+        "status": point.status.value,
+    }
+    if point.measured is None:
+        out.update(
+            error=point.error,
+            log_tail=point.log_tail,
+            tbt_ok=point.tbt_ok,
+            ttft_ok=point.ttft_ok,
+            ok=point.ok,
+            wall_s=point.wall_s,
+        )
+    else:
+        out.update(
+            measured=summary_json(point.measured),
+            tbt_ms=point.tbt_ms,
+            ttft_ms=point.ttft_ms,
+            tbt_ok=point.tbt_ok,
+            ttft_ok=point.ttft_ok,
+            ok=point.ok,
+            complete=point.complete,
+            early_stop=point.stop_message if point.stopped_early else None,
+            error=point.error,
+            log_tail=point.log_tail,
+            engine=None if point.engine is None else dict(point.engine),
+            results_file=point.results_file,
+            selfcheck=None if point.selfcheck is None else dict(point.selfcheck),
+            wall_s=point.wall_s,
+        )
+    if point.goodput is not None:
+        out.update(
+            goodput_rate=point.goodput.rate_per_s,
+            goodput_capped=point.goodput.capped,
+            goodput_probes=[_probe_json(probe) for probe in point.goodput.probes],
+        )
+    return out
+
+
+def _probe_json(probe: GoodputProbe) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "rate": probe.rate_per_s,
+        "met": probe.met,
+        "tbt_p99_ms": probe.tbt_p99_ms,
+        "ttft_p99_ms": probe.ttft_p99_ms,
+    }
+    if probe.at_slo is not None:
+        out.update(tbt_at_slo_ms=probe.at_slo.tbt_ms, ttft_at_slo_ms=probe.at_slo.ttft_ms)
+    out["failed"] = probe.failed
+    return out
+
+
+def _read_probe(fields: Fields) -> GoodputProbe:
+    at_slo = None
+    if fields.has("tbt_at_slo_ms") or fields.has("ttft_at_slo_ms"):
+        at_slo = AtSlo(
+            fields.number_or_none("tbt_at_slo_ms"), fields.number_or_none("ttft_at_slo_ms")
+        )
+    return GoodputProbe(
+        rate_per_s=fields.number("rate"),
+        met=fields.flag("met"),
+        tbt_p99_ms=fields.number_or_none("tbt_p99_ms"),
+        ttft_p99_ms=fields.number_or_none("ttft_p99_ms"),
+        at_slo=at_slo,
+        failed=fields.integer("failed"),
+    )
+
+
+def _choice(fields: Fields, name: str, kind: type[Status] | type[Role]) -> Any:
+    value = fields.text(name)
+    try:
+        return kind(value)
+    except ValueError:
+        fields.fail(name, "one of " + ", ".join(m.value for m in kind), value)
+
+
+def read_point(value: object, where: str) -> Point:
+    """A point from its JSON object. Raises UserError naming ``where`` and the field.
+
+    Accepts the sweep's results.json shape too, where the measured summary is flattened into
+    the point (and ``records`` sit beside it: not read here)."""
+    fields = Fields.of(value, where)
+    status = _choice(fields, "status", Status)
+    measured = None
+    if fields.has("measured"):
+        measured = read_summary(fields.child("measured"))
+    elif status is not Status.ENGINE_FAILED and fields.has("tbt_ms") and fields.has("completed"):
+        measured = read_summary(fields)  # results.json: the summary at the top level
+    early = fields.text_or_none("early_stop")
+    stopped_by = (
+        StopReason.EARLY_STOP
+        if early is not None
+        else StopReason.ERROR_RATE
+        if status is Status.ABORTED
+        else None
+    )
+    goodput = None
+    if fields.has("goodput_rate") and fields.data.get("goodput_rate") is not None:
+        goodput = Goodput(
+            rate_per_s=fields.number("goodput_rate"),
+            capped=fields.flag("goodput_capped"),
+            probes=tuple(
+                _read_probe(Fields.of(item, f"{where}: goodput_probes[{index}]"))
+                for index, item in enumerate(fields.items("goodput_probes"))
+            ),
+        )
+    verdict_ms = fields if measured is not None and fields.has("measured") else None
+    return Point(
+        budget=fields.integer("budget"),
+        role=_choice(fields, "role", Role),
+        rate_per_s=fields.number("rate"),
+        predicted=read_predicted(fields.child_or_none("predicted")),
+        status=status,
+        tbt_ok=fields.flag_or_none("tbt_ok"),
+        ttft_ok=fields.flag_or_none("ttft_ok"),
+        ok=fields.flag("ok"),
+        wall_s=fields.number("wall_s"),
+        error=fields.text_or_none("error"),
+        log_tail=fields.text_or_none("log_tail"),
+        measured=measured,
+        tbt_ms=None if verdict_ms is None else verdict_ms.number_or_none("tbt_ms"),
+        ttft_ms=None if verdict_ms is None else verdict_ms.number_or_none("ttft_ms"),
+        complete=bool(fields.flag_or_none("complete")),
+        stopped_by=stopped_by,
+        stop_message=early,
+        engine=fields.mapping_or_none("engine"),
+        results_file=fields.text_or_none("results_file"),
+        selfcheck=fields.mapping_or_none("selfcheck"),
+        goodput=goodput,
+    )
+
+
+def read_points(items: object, where: str) -> list[Point]:
+    """Every point of a document's ``points`` list."""
+    if not isinstance(items, list):
+        raise Fields({}, where).fail("points", "a list", items)
+    return [read_point(item, f"{where}: points[{index}]") for index, item in enumerate(items)]
+
+
+def flat_point_json(point: Point) -> dict[str, Any]:
+    """The sweep's results.json shape: the measured summary at the top level, like a replay."""
+    full = point_json(point)
+    full.update(full.pop("measured", None) or {})
+    return full

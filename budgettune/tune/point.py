@@ -1,0 +1,207 @@
+"""One verified sweep budget as a typed value: what the sweep measured there, what the simulator
+predicted, and the outcome as fields (:class:`Status`, :class:`StopReason`), never as prose.
+
+The sweep builds a :class:`Point`, the verdict (:mod:`.select`), the console and the report read
+it; JSON exists only at the file boundary (:mod:`budgettune.artifacts.points`).
+
+Plain frozen dataclasses rather than pydantic models: the sweep imports them on every run and the
+CLI's start stays light, the figures are few and flat, and the file boundary's reader gives the
+one-line "file:line: field 'x': ..." errors the project prints everywhere else.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from budgettune.core.metrics import MetricsSummary, Percentiles
+from budgettune.loadgen.runner import StopReason
+from budgettune.tune.predict import Prediction
+
+
+class Status(StrEnum):
+    """How a budget's verification ended. Only MEASURED says anything about the budget: an
+    engine that failed to start, crashed or was aborted is kept and shown, and the search goes
+    on without it."""
+
+    MEASURED = "measured"
+    ENGINE_FAILED = "engine_failed"  # the engine did not start
+    CRASHED = "crashed"  # the engine exited during the replay
+    ABORTED = "aborted"  # the replay stopped on --max-error-rate
+
+    @property
+    def text(self) -> str:
+        """The status in words: "engine failed"."""
+        return self.value.replace("_", " ")
+
+
+class Role(StrEnum):
+    """Why a budget was verified: a candidate of the search, or the engine default beside it."""
+
+    CANDIDATE = "candidate"
+    REFERENCE = "reference"
+
+
+def _ms(value_s: float) -> float | None:
+    # as MetricsSummary.to_json writes it: milliseconds, None for no sample or +inf
+    return value_s * 1e3 if math.isfinite(value_s) else None
+
+
+@dataclass(frozen=True, slots=True)
+class PercentilesMs:
+    """One metric's percentiles in milliseconds as the documents hold them; None for no sample
+    or +inf (failed requests)."""
+
+    p50: float | None
+    p90: float | None
+    p99: float | None
+    p999: float | None
+    max: float | None
+
+    @classmethod
+    def of(cls, summary: Percentiles) -> PercentilesMs:
+        return cls(
+            _ms(summary.p50),
+            _ms(summary.p90),
+            _ms(summary.p99),
+            _ms(summary.p999),
+            _ms(summary.max),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryMs:
+    """A run's summary as the documents hold it (:meth:`MetricsSummary.to_json`), typed."""
+
+    ttft: PercentilesMs
+    tbt: PercentilesMs
+    tpot: PercentilesMs
+    e2e: PercentilesMs
+    throughput_tokens_per_s: float | None
+    completed: int
+    failed: int
+
+    @classmethod
+    def of(cls, summary: MetricsSummary) -> SummaryMs:
+        throughput = summary.throughput_tokens_per_s
+        return cls(
+            ttft=PercentilesMs.of(summary.ttft_s),
+            tbt=PercentilesMs.of(summary.tbt_s),
+            tpot=PercentilesMs.of(summary.tpot_s),
+            e2e=PercentilesMs.of(summary.e2e_s),
+            throughput_tokens_per_s=throughput if math.isfinite(throughput) else None,
+            completed=summary.completed,
+            failed=summary.failed,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Predicted:
+    """The simulator's figures at one budget: its summary, TBT and TTFT at the sweep's SLO
+    percentile (ms, None when not finite) and the mean decode batch."""
+
+    summary: SummaryMs
+    tbt_at_slo_ms: float | None
+    ttft_at_slo_ms: float | None
+    decode_batch: float
+
+    @classmethod
+    def of(cls, prediction: Prediction) -> Predicted:
+        return cls(
+            summary=SummaryMs.of(prediction.summary),
+            tbt_at_slo_ms=_ms(prediction.tbt_s),
+            ttft_at_slo_ms=_ms(prediction.ttft_s),
+            decode_batch=prediction.decode_batch,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AtSlo:
+    """TBT and TTFT (ms) at the SLO percentile: the figures a goodput probe was judged on."""
+
+    tbt_ms: float | None
+    ttft_ms: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class GoodputProbe:
+    """One rate the goodput search tried at a budget."""
+
+    rate_per_s: float
+    met: bool
+    tbt_p99_ms: float | None
+    ttft_p99_ms: float | None
+    at_slo: AtSlo | None
+    failed: int
+
+
+@dataclass(frozen=True, slots=True)
+class Goodput:
+    """A budget's highest sustainable rate (``capped``: the search's ceiling, not a limit)."""
+
+    rate_per_s: float
+    capped: bool
+    probes: tuple[GoodputProbe, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One budget the sweep verified live.
+
+    Every point has its budget, role, rate, prediction, status, verdict flags and wall time. An
+    engine that failed to start has nothing else (``measured`` None). ``tbt_ms``/``ttft_ms`` are
+    the verdict's figures at the SLO percentile (``ttft_ms`` None: failed requests);
+    ``tbt_ok``/``ttft_ok`` are None unless the point was measured. ``stopped_by`` says why the
+    replay ended before its schedule (EARLY_STOP: the verdict was certain, with the sentence in
+    ``stop_message``; ERROR_RATE: aborted). ``engine`` and ``selfcheck`` are the replay's recorded
+    facts, kept as the documents hold them.
+    """
+
+    budget: int
+    role: Role
+    rate_per_s: float
+    predicted: Predicted | None
+    status: Status
+    tbt_ok: bool | None
+    ttft_ok: bool | None
+    ok: bool
+    wall_s: float
+    error: str | None = None
+    log_tail: str | None = None
+    measured: SummaryMs | None = None
+    tbt_ms: float | None = None
+    ttft_ms: float | None = None
+    complete: bool = False
+    stopped_by: StopReason | None = None
+    stop_message: str | None = None
+    engine: Mapping[str, Any] | None = None
+    results_file: str | None = None
+    selfcheck: Mapping[str, Any] | None = None
+    goodput: Goodput | None = None
+
+    @property
+    def is_measured(self) -> bool:
+        return self.status is Status.MEASURED
+
+    @property
+    def stopped_early(self) -> bool:
+        """The replay stopped once its verdict was certain: its last requests were cancelled on
+        purpose (not failures), its throughput is partial."""
+        return self.stopped_by is StopReason.EARLY_STOP
+
+
+__all__ = [
+    "AtSlo",
+    "Goodput",
+    "GoodputProbe",
+    "PercentilesMs",
+    "Point",
+    "Predicted",
+    "Role",
+    "Status",
+    "StopReason",
+    "SummaryMs",
+]
