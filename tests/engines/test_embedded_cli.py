@@ -1,0 +1,55 @@
+"""``python -m budgettune.engines.embedded``'s own CLI: its settings name fields, and the CLI shows
+a field as its own flag (the flags mirror ``vllm serve``), one line, exit 2."""
+
+from __future__ import annotations
+
+import pytest
+
+from budgettune.core.errors import SpecError
+from budgettune.engines.embedded.cli import config_from_args, flag_of, main
+from budgettune.engines.embedded.config import SimServerConfig
+
+
+def test_config_names_the_field() -> None:
+    with pytest.raises(SpecError, match=r"^time_scale: must be positive, got 0") as caught:
+        SimServerConfig(time_scale=0)
+    assert caught.value.field == "time_scale"
+    with pytest.raises(SpecError, match=r"^stream_interval: must be at least 1, got 0"):
+        SimServerConfig(stream_interval=0)
+
+
+def test_flags_for_fields() -> None:
+    assert flag_of("time_scale") == "--time-scale"
+    assert flag_of("budget_tokens") == "--max-num-batched-tokens"
+    assert flag_of("max_model_len") == "--max-model-len"
+    assert flag_of("kv_capacity_blocks") == "kv_capacity_blocks"  # no flag: the bare field
+    assert flag_of(None) is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["--time-scale", "0"], "error: --time-scale: must be positive, got 0.0"),
+        (["--stream-interval", "0"], "error: --stream-interval: must be at least 1, got 0"),
+        (["--max-model-len", "1"], "error: --max-model-len: must be at least 2, got 1"),
+        (["--gpu", "nope"], "error: --gpu: unknown GPU preset 'nope'"),
+    ],
+)
+def test_errors_name_this_cli_s_flag(
+    argv: list[str], line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--port", "0", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(line) and err.count("\n") == 1, err
+
+
+def test_flags_map_to_the_config() -> None:
+    config = config_from_args(
+        ["--max-num-batched-tokens", "512", "--max-num-seqs", "8", "--time-scale", "2",
+         "--no-enable-chunked-prefill", "--served-model-name", "m"]
+    )  # fmt: skip
+    assert config.budget_tokens is None  # no chunking: no budget at all
+    assert (config.max_num_seqs, config.time_scale, config.served_model_name) == (8, 2.0, "m")
+    assert config_from_args(["--max-num-batched-tokens", "512"]).budget_tokens == 512
+    # No budget: the engine-default rule for the GPU (vLLM's 8192 on an H100).
+    assert config_from_args([]).budget_tokens == 8192
