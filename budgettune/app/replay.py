@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,8 +40,8 @@ class ReplayConfig:
     traffic: str  # one-line description of the traffic
     output_dir: Path | None = None
     command: tuple[str, ...] = ()
-    config: dict[str, Any] = field(default_factory=dict)
-    hardware: dict[str, Any] | None = None
+    config: Mapping[str, object] = field(default_factory=dict)
+    hardware: Mapping[str, object] | None = None
     write_report: bool = False  # report.html beside results.json (a sweep writes one for all)
     rate_per_s: float | None = None  # the nominal rate asked for (None: the schedule's own)
 
@@ -64,7 +64,7 @@ class ReplayResult:
     def complete(self) -> bool:
         return self.outcome.complete and self.engine_crashed is None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:  # read by key by the CLI's table
         """One point in ``simulate``'s shape plus the load generator's self-check."""
         return {
             "budget": self.engine.get("budget_tokens"),
@@ -91,7 +91,7 @@ def failure_reasons(outcome: RunOutcome) -> dict[str, int]:
     return dict(ranked[:FAILURE_REASONS_SHOWN])
 
 
-def _engine_facts(handle: EngineHandle, spec: LaunchSpec) -> dict[str, Any]:
+def _engine_facts(handle: EngineHandle, spec: LaunchSpec) -> dict[str, object]:
     return {
         "name": handle.engine,
         "version": handle.version,
@@ -181,7 +181,7 @@ def _results(config: ReplayConfig, result: ReplayResult) -> Results:
         points=[point],
         command=list(config.command),
         engine=result.engine,
-        hardware=config.hardware,
+        hardware=None if config.hardware is None else dict(config.hardware),
         complete=result.complete,
         incomplete_reason="; ".join(reasons) or None,
     )

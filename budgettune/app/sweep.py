@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,10 +82,10 @@ class SweepResult:
     launches: int  # engine launches this invocation made (resumed points not counted)
     wall_s: float
     files: dict[str, Path]
-    document: dict[str, Any]  # what recommendation.json holds
+    document: dict[str, object]  # what recommendation.json holds
 
 
-def open_run(run_dir: Path, settings: dict[str, Any], *, resume: bool) -> list[Point]:
+def open_run(run_dir: Path, settings: Mapping[str, object], *, resume: bool) -> list[Point]:
     """Start the run folder (its ``sweep.json``) or, resuming, check it asked the same question;
     returns the points it already holds. Raises UserError for a folder that cannot be used."""
     if resume:

@@ -27,9 +27,9 @@ SUMMARY_KEYS = frozenset({*(key for key, _ in _METRICS), "throughput_tokens_per_
                           "failed"})  # fmt: skip
 
 
-def summary_json(summary: SummaryMs) -> dict[str, Any]:
+def summary_json(summary: SummaryMs) -> dict[str, object]:
     """As :meth:`MetricsSummary.to_json` writes it."""
-    out: dict[str, Any] = {
+    out: dict[str, object] = {
         key: {name: getattr(getattr(summary, attr), name) for name in _PERCENTILES}
         for key, attr in _METRICS
     }
@@ -54,7 +54,7 @@ def read_summary(fields: Fields) -> SummaryMs:
     )
 
 
-def predicted_json(predicted: Predicted | None) -> dict[str, Any] | None:
+def predicted_json(predicted: Predicted | None) -> dict[str, object] | None:
     """The simulator's summary plus TBT and TTFT at the SLO percentile and the decode batch."""
     if predicted is None:
         return None
@@ -77,10 +77,10 @@ def read_predicted(fields: Fields | None) -> Predicted | None:
     )
 
 
-def point_json(point: Point) -> dict[str, Any]:
+def point_json(point: Point) -> dict[str, object]:
     """A point as points.jsonl and recommendation.json hold it (an engine that failed to start
     has no measured keys; goodput keys only after a goodput search)."""
-    out: dict[str, Any] = {
+    out: dict[str, object] = {
         "budget": point.budget,
         "role": point.role.value,
         "rate": point.rate_per_s,
@@ -122,8 +122,8 @@ def point_json(point: Point) -> dict[str, Any]:
     return out
 
 
-def _probe_json(probe: GoodputProbe) -> dict[str, Any]:
-    out: dict[str, Any] = {
+def _probe_json(probe: GoodputProbe) -> dict[str, object]:
+    out: dict[str, object] = {
         "rate": probe.rate_per_s,
         "met": probe.met,
         "tbt_p99_ms": probe.tbt_p99_ms,
@@ -222,8 +222,10 @@ def read_points(items: object, where: str) -> list[Point]:
     return [read_point(item, f"{where}: points[{index}]") for index, item in enumerate(items)]
 
 
-def flat_point_json(point: Point) -> dict[str, Any]:
+def flat_point_json(point: Point) -> dict[str, object]:
     """The sweep's results.json shape: the measured summary at the top level, like a replay."""
     full = point_json(point)
-    full.update(full.pop("measured", None) or {})
+    full.pop("measured", None)  # a failed engine start has none
+    if point.measured is not None:
+        full.update(summary_json(point.measured))
     return full

@@ -43,9 +43,9 @@ def recommendation_document(
     recommendation: Recommendation,
     launches: int,
     wall_s: float,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """recommendation.json: versioned, self-describing, enough to rebuild the report."""
-    document: dict[str, Any] = {
+    document: dict[str, object] = {
         "schema_version": SCHEMA_VERSION,
         "kind": "sweep",
         "budgettune_version": __version__,
@@ -98,7 +98,7 @@ def recommendation_document(
 
 
 def sweep_results(
-    config: SweepConfig, document: Mapping[str, Any], points: Sequence[Point]
+    config: SweepConfig, document: Mapping[str, object], points: Sequence[Point]
 ) -> Results:
     """results.json of the sweep: every point with its measured summary at the top level (the
     shape of a replay point), the prediction, the verdict, and the raw per-request records read
@@ -117,7 +117,7 @@ def sweep_results(
         points=full_points,
         command=list(config.command),
         engine={"name": config.engine, "default_budget": config.default_budget},
-        hardware=config.hardware,
+        hardware=None if config.hardware is None else dict(config.hardware),
     )
 
 
@@ -125,7 +125,7 @@ def write_outputs(
     run_dir: Path,
     recommendation: Recommendation,
     *,
-    document: Mapping[str, Any],
+    document: Mapping[str, object],
     max_num_seqs: int,
     served_model: str | None,
     fixed: FixedSettings | None = None,

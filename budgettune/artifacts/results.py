@@ -48,7 +48,7 @@ class Results:
         default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "schema_version": self.schema_version,
             "budgettune_version": self.budgettune_version,
@@ -84,8 +84,8 @@ class Results:
             config=dict(config),
             points=[dict(point) for point in points],
             command=[str(arg) for arg in command],
-            engine=_object_or_none(fields, "engine"),
-            hardware=_object_or_none(fields, "hardware"),
+            engine=_copy(fields.mapping_or_none("engine")),
+            hardware=_copy(fields.mapping_or_none("hardware")),
             complete=True if data.get("complete") is None else fields.flag("complete"),
             incomplete_reason=fields.text_or_none("incomplete_reason"),
             schema_version=version,
@@ -94,8 +94,7 @@ class Results:
         )
 
 
-def _object_or_none(fields: Fields, name: str) -> dict[str, Any] | None:
-    value = fields.mapping_or_none(name)
+def _copy(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return None if value is None else dict(value)
 
 

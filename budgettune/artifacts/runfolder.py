@@ -32,7 +32,7 @@ def holds_sweep(run_dir: Path) -> bool:
     return (run_dir / POINTS_FILE).exists() or (run_dir / SETTINGS_FILE).exists()
 
 
-def create_run_folder(run_dir: Path, settings: Mapping[str, Any]) -> None:
+def create_run_folder(run_dir: Path, settings: Mapping[str, object]) -> None:
     """Start a new sweep in ``run_dir`` (its sweep.json, with the schema and budgettune
     versions): refuse one that already holds a sweep."""
     if holds_sweep(run_dir):
@@ -69,7 +69,7 @@ def read_settings_file(path: Path) -> dict[str, Any]:
     return dict(saved)
 
 
-def resume_run_folder(run_dir: Path, settings: Mapping[str, Any]) -> list[Point]:
+def resume_run_folder(run_dir: Path, settings: Mapping[str, object]) -> list[Point]:
     """The finished points of the sweep in ``run_dir``, after checking it asked the same."""
     saved = read_settings(run_dir)
     for key in RESUME_KEYS:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -167,7 +166,7 @@ class MetricsSummary:
     failed: int
     at_quantile: AtQuantile | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "ttft_ms": self.ttft_s.to_json_ms(),
             "tbt_ms": self.tbt_s.to_json_ms(),

@@ -114,7 +114,7 @@ def completion_body(
     model: str, prompt_ids: list[int], max_tokens: int, *, stream_usage: bool = True
 ) -> bytes:
     """The JSON body of one streaming completion forcing exactly ``max_tokens`` output tokens."""
-    body: dict[str, Any] = {
+    body: dict[str, object] = {
         "model": model,
         "prompt": prompt_ids,
         "max_tokens": max_tokens,

@@ -110,7 +110,7 @@ class LiveRecord:
         r = self.record
         return f"LiveRecord(id={r.request_id}, tokens={len(r.token_times_s)}, error={r.error!r})"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """Record fields plus wire facts; per-chunk arrays only when some chunk was merged (else
         they equal token_times_s and ones)."""
         data = self.record.to_json()
@@ -205,7 +205,7 @@ class RunOutcome:
         """Records after warm-up: the ones statistics are computed over."""
         return [live.record for live in self.records if not live.warmup]
 
-    def selfcheck(self) -> dict[str, Any]:
+    def selfcheck(self) -> dict[str, Any]:  # read by key by the CLI
         """The load generator's own accuracy: achieved vs target rate; send lag (request on the
         socket - target) and, within it, the timer's own lateness (the machine's share);
         merged chunks."""

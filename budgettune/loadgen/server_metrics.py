@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import httpx
 
@@ -132,7 +131,7 @@ async def scrape(client: httpx.AsyncClient, base_url: str) -> ServerSnapshot | N
     return parse_prometheus(response.text)
 
 
-def _summary(histogram: HistogramData, name: str) -> dict[str, Any]:
+def _summary(histogram: HistogramData, name: str) -> dict[str, object]:
     def ms(value: float | None) -> float | None:
         return None if value is None else round(value * 1e3, 3)
 
@@ -146,12 +145,12 @@ def _summary(histogram: HistogramData, name: str) -> dict[str, Any]:
     }
 
 
-def server_side(before: ServerSnapshot | None, after: ServerSnapshot | None) -> dict[str, Any]:
+def server_side(before: ServerSnapshot | None, after: ServerSnapshot | None) -> dict[str, object]:
     """The server's own TTFT and ITL over the run (after - before), bucket-estimated, and the
     counters' increase. Empty when the server exposes no metrics."""
     if after is None:
         return {}
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
 
     def delta(name: str) -> HistogramData | None:
         now = after.histograms.get(name)

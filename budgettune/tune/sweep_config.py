@@ -3,10 +3,10 @@ step-time model, candidates, the run folder."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
 
 from budgettune.core.slo import SLO
 from budgettune.engines.base import LaunchSpec
@@ -45,9 +45,9 @@ class SweepConfig:
     goodput: bool = False
     exhaustive: bool = False  # verify every candidate in full (the grid peers run), no search
     resume: bool = False
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: Mapping[str, object] = field(default_factory=dict)  # recorded as given
     command: tuple[str, ...] = ()
-    hardware: dict[str, Any] | None = None
+    hardware: Mapping[str, object] | None = None
     served_model: str | None = None  # the model path/name for the written engine configs
     asked_rate_per_s: float | None = None  # --rate (the realised rate of a short schedule differs)
     requests: int | None = None  # requests in the schedule
