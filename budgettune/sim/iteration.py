@@ -31,15 +31,6 @@ class IterationPlan:
     prefill_prefix_tokens: int = 0
     preempted: list[RequestId] = field(default_factory=list)
 
-    def add_chunk(self, request_id: RequestId, tokens: int, offset: int) -> None:
-        """Add ``tokens`` prompt tokens of a request whose first ``offset`` are already in its
-        KV cache; the prefill aggregates follow (each new token attends to the prefix and to
-        the new tokens before it: tokens x offset + tokens^2 / 2 pairs)."""
-        self.chunks.append((request_id, tokens, offset))
-        self.prefill_tokens += tokens
-        self.prefill_pairs += tokens * offset + tokens * tokens / 2.0
-        self.prefill_prefix_tokens += offset
-
     def drop_decode(self, context_tokens: int) -> None:
         """Take back one decode of context ``context_tokens`` (its request was preempted)."""
         self.decodes -= 1

@@ -376,7 +376,14 @@ class Scheduler:
         self._num_running += 1
 
     def _add_chunk(self, plan: IterationPlan, r: _Request, n: int) -> None:
-        plan.add_chunk(r.rid, n, r.prefilled)
+        """Put ``n`` prompt tokens of ``r`` in the plan (plain data this scheduler fills, inline
+        here because it runs once per chunk): each new token attends to the ``offset`` tokens
+        already cached and to the new ones before it, n x offset + n^2 / 2 pairs."""
+        offset = r.prefilled
+        plan.chunks.append((r.rid, n, offset))
+        plan.prefill_tokens += n
+        plan.prefill_pairs += n * offset + n * n / 2.0
+        plan.prefill_prefix_tokens += offset
         self._in_flight_requests.append(r)
 
     def _preempt_newest(self, plan: IterationPlan) -> _Request:
