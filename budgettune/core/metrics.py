@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from budgettune.core.records import FloatArray, RequestRecord
+from budgettune.core.units import finite_or_none, ms_or_none
 
 QUANTILES = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99), ("p999", 0.999))
 
@@ -35,7 +36,7 @@ class Percentiles:
     def to_json_ms(self) -> dict[str, float | None]:
         """Milliseconds; null for no sample or +inf (failed requests), which JSON cannot hold."""
         return {
-            name: (value * 1e3 if math.isfinite(value) else None)
+            name: ms_or_none(value)
             for name, value in (
                 ("p50", self.p50),
                 ("p90", self.p90),
@@ -172,11 +173,7 @@ class MetricsSummary:
             "tbt_ms": self.tbt_s.to_json_ms(),
             "tpot_ms": self.tpot_s.to_json_ms(),
             "e2e_ms": self.e2e_s.to_json_ms(),
-            "throughput_tokens_per_s": (
-                self.throughput_tokens_per_s
-                if math.isfinite(self.throughput_tokens_per_s)
-                else None
-            ),
+            "throughput_tokens_per_s": finite_or_none(self.throughput_tokens_per_s),
             "completed": self.completed,
             "failed": self.failed,
         }

@@ -11,13 +11,13 @@ one-line "file:line: field 'x': ..." errors the project prints everywhere else.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from budgettune.core.metrics import MetricsSummary, Percentiles
+from budgettune.core.units import finite_or_none, ms_or_none
 from budgettune.loadgen.runner import StopReason
 from budgettune.tune.predict import Prediction
 
@@ -45,11 +45,6 @@ class Role(StrEnum):
     REFERENCE = "reference"
 
 
-def _ms(value_s: float) -> float | None:
-    # as MetricsSummary.to_json writes it: milliseconds, None for no sample or +inf
-    return value_s * 1e3 if math.isfinite(value_s) else None
-
-
 @dataclass(frozen=True, slots=True)
 class PercentilesMs:
     """One metric's percentiles in milliseconds as the documents hold them; None for no sample
@@ -63,12 +58,13 @@ class PercentilesMs:
 
     @classmethod
     def of(cls, summary: Percentiles) -> PercentilesMs:
+        # as MetricsSummary.to_json writes them: None for no sample or +inf
         return cls(
-            _ms(summary.p50),
-            _ms(summary.p90),
-            _ms(summary.p99),
-            _ms(summary.p999),
-            _ms(summary.max),
+            ms_or_none(summary.p50),
+            ms_or_none(summary.p90),
+            ms_or_none(summary.p99),
+            ms_or_none(summary.p999),
+            ms_or_none(summary.max),
         )
 
 
@@ -86,13 +82,12 @@ class SummaryMs:
 
     @classmethod
     def of(cls, summary: MetricsSummary) -> SummaryMs:
-        throughput = summary.throughput_tokens_per_s
         return cls(
             ttft=PercentilesMs.of(summary.ttft_s),
             tbt=PercentilesMs.of(summary.tbt_s),
             tpot=PercentilesMs.of(summary.tpot_s),
             e2e=PercentilesMs.of(summary.e2e_s),
-            throughput_tokens_per_s=throughput if math.isfinite(throughput) else None,
+            throughput_tokens_per_s=finite_or_none(summary.throughput_tokens_per_s),
             completed=summary.completed,
             failed=summary.failed,
         )
@@ -112,8 +107,8 @@ class Predicted:
     def of(cls, prediction: Prediction) -> Predicted:
         return cls(
             summary=SummaryMs.of(prediction.summary),
-            tbt_at_slo_ms=_ms(prediction.tbt_s),
-            ttft_at_slo_ms=_ms(prediction.ttft_s),
+            tbt_at_slo_ms=ms_or_none(prediction.tbt_s),
+            ttft_at_slo_ms=ms_or_none(prediction.ttft_s),
             decode_batch=prediction.decode_batch,
         )
 

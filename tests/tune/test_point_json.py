@@ -6,13 +6,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from budgettune.artifacts.points import flat_point_json, point_json, read_point
+from budgettune.artifacts.points import flat_point_json, point_json, read_point, summary_json
 from budgettune.artifacts.recommendation import read_recommendation
 from budgettune.artifacts.results import load_results
 from budgettune.artifacts.runfolder import append_point, load_points
 from budgettune.core.errors import UserError
+from budgettune.core.metrics import summarize
+from budgettune.core.records import RequestRecord
 from budgettune.tune.point import (
     AtSlo,
     Goodput,
@@ -152,3 +155,12 @@ def test_recommendation_json_schema_is_checked(tmp_path: Path) -> None:
     path.write_text(json.dumps({**raw, "slo": {**raw["slo"], "tbt_ms": "25ms"}}))
     with pytest.raises(UserError, match=r"field 'slo\.tbt_ms': expected a number, got '25ms'"):
         read_recommendation(path)
+
+
+def test_a_typed_summary_writes_what_metrics_summary_writes() -> None:
+    records = [
+        RequestRecord(0, 10, 3, 0.0, 0.0, np.array([0.05, 0.06, 0.09])),
+        RequestRecord(1, 10, 3, 0.1, 0.1, np.array([0.2]), error="timeout"),  # +inf figures
+    ]
+    for summary in (summarize(records), summarize([])):  # with failures; with no sample at all
+        assert summary_json(SummaryMs.of(summary)) == summary.to_json()
