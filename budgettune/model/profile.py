@@ -43,7 +43,10 @@ class Hardware:
 
 @dataclass(slots=True, frozen=True)
 class EngineInfo:
-    """The engine that ran the probes and the settings it ran with (device, dtype, budget...)."""
+    """The engine that ran the probes and the settings it ran with. ``settings`` is the engine's
+    own record, kept as a JSON object on purpose: its keys differ by engine (torch: device,
+    threads; vLLM/SGLang: command, budget_tokens; analytic: efficiencies) and are shown and
+    saved as given, so profile.json round-trips it verbatim."""
 
     name: str
     version: str | None = None
