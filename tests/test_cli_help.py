@@ -102,3 +102,17 @@ def test_defaults_are_rendered_in_help(command: str) -> None:
             assert needle in text, needle
     else:
         assert "[default: 128,256,512,1024,2048]" in text
+
+
+def test_names_written_out_for_the_help_match_their_registries() -> None:
+    """The help states engine, format and profile-engine names without importing the engines
+    or the trace readers: each copy must list what the registry holds."""
+    from budgettune.app.profile import ENGINES as PROFILE_ENGINES
+    from budgettune.cli import _engine_options, _trace_options
+    from budgettune.cli import profile as profile_cli
+    from budgettune.engines.registry import engine_names
+    from budgettune.trace.formats import FORMATS
+
+    assert tuple(_engine_options.ENGINE_NAMES) == tuple(engine_names())
+    assert tuple(_trace_options.FORMAT_NAMES) == tuple(FORMATS)
+    assert tuple(profile_cli.ENGINES) == tuple(PROFILE_ENGINES)

@@ -136,7 +136,10 @@ def test_table_marks_chunks_below_ridge() -> None:
         (["--model", "gpt-9"], "--model: 'gpt-9'"),
         (["--prefill", "12x"], "--prefill: cannot read '12x'"),
         (["--decodes", "-3"], "--decodes: must be zero or more"),
-        (["--peak-tflops", "100"], "needs --bandwidth-tbs, --memory-gb"),
+        (
+            ["--peak-tflops", "100"],
+            "--bandwidth-tbs: a custom GPU needs the memory bandwidth (TB/s) and the memory size",
+        ),
         (["--compute-efficiency", "1.5"], "--compute-efficiency: must be in (0, 1]"),
         (["--mode", "parallel"], "--mode: unknown variant 'parallel'"),
         (["--prompt", "100", "--chunk-sizes", "64,x"], "--chunk-sizes: 'x'"),

@@ -167,10 +167,13 @@ def test_trace_replayed_at_its_recorded_times(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--prompt-dist", "fixed:10"], "--prompt-dist/--output-dist: not with --trace"),
+        (["--prompt-dist", "fixed:10"], "--prompt-dist: not with --trace"),
         (["--requests", "9"], "--requests: the recorded trace has only 4 requests"),
         (["--window", "10:20"], "--window: no requests arrive in [10 s, 20 s)"),
-        (["--rate", "2", "--time-scale", "2"], "--rate and --time-scale: give one of them"),
+        (
+            ["--rate", "2", "--time-scale", "2"],
+            "--rate: give --rate or --time-scale for recorded",
+        ),
         (["--arrivals", "gamma"], "--rate: required with --arrivals gamma"),
     ],
 )
@@ -297,7 +300,7 @@ def test_output_folder_with_a_trace_records_its_checksum(tmp_path: Path) -> None
         (["--budgets", "0"], "--budgets: a budget must be positive"),
         (["--requests", "0"], "--requests: must be positive"),
         (["--arrivals", "weird"], "--arrivals: unknown mode 'weird'; use poisson or gamma"),
-        (["--arrivals", "recorded"], "--arrivals recorded: needs --trace FILE"),
+        (["--arrivals", "recorded"], "--arrivals: recorded needs --trace FILE"),
         (["--time-scale", "2"], "--time-scale: applies to recorded traces only"),
         (["--window", "0:10"], "--window: applies to --trace only"),
         (["--burstiness", "0"], "--burstiness: must be a positive number"),

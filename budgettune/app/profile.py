@@ -6,6 +6,7 @@ budgets that reach common TBT targets.
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -14,8 +15,10 @@ from pathlib import Path
 import numpy as np
 
 from budgettune import __version__
+from budgettune.app.requests import ProfileRequest
 from budgettune.core.errors import EngineError, SpecError
 from budgettune.core.hardware import GPU, ModelShape, dtype_bytes, resolve_gpu, resolve_model
+from budgettune.core.units import parse_duration_s, parse_int_list, parse_tokens
 from budgettune.engines.base import LaunchSpec, ProgressCallback
 from budgettune.model.profile import (
     MEASURED_LABEL,
@@ -116,36 +119,84 @@ class ProfileOutcome:
     csv_path: Path | None
 
 
+def profile_config_of(request: ProfileRequest) -> ProfileConfig:
+    """The profile's config from the request's text ("8K" tokens, "300s"), each value checked
+    on its field; :func:`validate` then checks it against the model. The profiles to compare
+    are read first, so a bad one is refused before minutes of measuring."""
+    from budgettune.app.launch import parse_env
+    from budgettune.model.profile import load_profile
+
+    for path in request.compare:
+        load_profile(path, field="compare")
+    return ProfileConfig(
+        model=request.model,
+        engine=request.engine.strip().lower(),
+        gpu_name=request.gpu_name,
+        max_tokens=parse_tokens(request.max_tokens, field="max_tokens"),
+        repeats=request.repeats,
+        output=request.output,
+        max_batch=request.max_batch,
+        contexts=tuple(parse_int_list(request.contexts, field="contexts")),
+        dtype=request.dtype,
+        device=request.device,
+        threads=request.threads,
+        seed=request.seed,
+        probe_timeout_s=parse_duration_s(request.probe_timeout, field="probe_timeout"),
+        typical_batch=request.typical_batch,
+        typical_context=request.typical_context,
+        compute_efficiency=request.compute_efficiency,
+        bandwidth_efficiency=request.bandwidth_efficiency,
+        overhead_s=request.overhead_ms / 1e3,
+        mode=request.mode,
+        tensor_parallel=request.tensor_parallel,
+        engine_args=tuple(arg for item in request.engine_arg for arg in shlex.split(item)),
+        engine_cmd=tuple(shlex.split(request.engine_cmd)) if request.engine_cmd else None,
+        engine_env=parse_env(request.env),
+        health_timeout_s=(
+            parse_duration_s(request.health_timeout, field="health_timeout")
+            if request.health_timeout
+            else None
+        ),
+    )
+
+
 def validate(config: ProfileConfig) -> ModelShape:
-    """Check the config against the model; returns its shape. Raises SpecError naming the flag."""
+    """Check the config against the model; returns its shape. Raises SpecError naming the
+    config's field."""
     if config.engine not in ENGINES:
-        raise SpecError(f"--engine: unknown engine {config.engine!r}; known: {', '.join(ENGINES)}")
+        raise SpecError(
+            f"unknown engine {config.engine!r}; known: {', '.join(ENGINES)}", field="engine"
+        )
     shape = resolve_model(config.model)
     if config.max_tokens < MIN_MAX_TOKENS:
-        raise SpecError(f"--max-tokens: must be at least {MIN_MAX_TOKENS}, got {config.max_tokens}")
+        raise SpecError(
+            f"must be at least {MIN_MAX_TOKENS}, got {config.max_tokens}", field="max_tokens"
+        )
     limit = shape.max_position_embeddings
     if limit is not None and config.max_tokens > limit:
         raise SpecError(
-            f"--max-tokens: {config.max_tokens} exceeds the model's max length {limit} "
-            "(max_position_embeddings)",
+            f"{config.max_tokens} exceeds the model's max length {limit} (max_position_embeddings)",
+            field="max_tokens",
             hint=f"use --max-tokens {limit} or less",
         )
-    for option, value, low in (
-        ("--repeats", config.repeats, 1),
-        ("--max-batch", config.max_batch, 1),
-        ("--typical-batch", config.typical_batch, 0),
-        ("--tensor-parallel", config.tensor_parallel, 1),
+    for field_name, value, low in (
+        ("repeats", config.repeats, 1),
+        ("max_batch", config.max_batch, 1),
+        ("typical_batch", config.typical_batch, 0),
+        ("tensor_parallel", config.tensor_parallel, 1),
     ):
         if value < low:
-            raise SpecError(f"{option}: must be at least {low}, got {value}")
+            raise SpecError(f"must be at least {low}, got {value}", field=field_name)
     if config.mode not in MODES:
-        raise SpecError(f"--mode: unknown variant {config.mode!r}; use one of: {', '.join(MODES)}")
-    for option, eff in (
-        ("--compute-efficiency", config.compute_efficiency),
-        ("--bandwidth-efficiency", config.bandwidth_efficiency),
+        raise SpecError(
+            f"unknown variant {config.mode!r}; use one of: {', '.join(MODES)}", field="mode"
+        )
+    for field_name, eff in (
+        ("compute_efficiency", config.compute_efficiency),
+        ("bandwidth_efficiency", config.bandwidth_efficiency),
     ):
         if not 0 < eff <= 1:
-            raise SpecError(f"{option}: must be in (0, 1], got {eff!r}")
+            raise SpecError(f"must be in (0, 1], got {eff!r}", field=field_name)
     return shape
 
 
@@ -264,12 +315,16 @@ def _preset_gpu(name: str) -> GPU:
         hardware = detect_hardware("auto")
         if hardware.preset is None:
             raise SpecError(
-                f"--gpu: 'auto' found no GPU preset on this machine ({hardware.name}); "
+                f"'auto' found no GPU preset on this machine ({hardware.name}); "
                 "an analytic profile needs one",
+                field="gpu_name",
                 hint="pass --gpu h100-sxm (or another preset)",
             )
         return resolve_gpu(hardware.preset)
-    return resolve_gpu(name)
+    try:
+        return resolve_gpu(name)
+    except SpecError as error:  # a preset named by the config's gpu_name
+        raise SpecError(error.message, field="gpu_name", hint=error.hint) from None
 
 
 def build_timer(

@@ -139,7 +139,9 @@ def build_input(
     """Read ``source`` (file or folder) into the report's input; ``compare``: other profiles
     drawn beside a profile source's curve (``--with``). Raises UserError naming the file."""
     others = tuple(load_profile(path, field="compare") for path in compare)
-    not_a_profile = SpecError(f"--with: applies to a profile JSON source, and {source} is not one")
+    not_a_profile = SpecError(
+        f"applies to a profile JSON source, and {source} is not one", field="compare"
+    )
     if source.is_file() and source.name in (RECOMMENDATION_FILE, POINTS_FILE, SETTINGS_FILE):
         source = source.parent
     if others and source.is_dir():  # a sweep's or a replay's folder

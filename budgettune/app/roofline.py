@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from budgettune.app.requests import RooflineRequest
 from budgettune.core.errors import SpecError
+from budgettune.core.units import parse_int_list
 from budgettune.model.chunking import ChunkedPrefill, chunked_prefill
 from budgettune.model.stepmodel import StepModel
 
@@ -19,17 +21,18 @@ class PrefillChunk:
 
 
 def parse_prefill_chunk(text: str) -> PrefillChunk:
-    """Parse ``N`` or ``N@OFFSET`` as given to ``--prefill``."""
+    """Parse ``N`` or ``N@OFFSET`` (a prefill chunk of N tokens after OFFSET already in the
+    KV cache). Raises SpecError on field ``prefill``."""
     tokens_text, _, offset_text = str(text).partition("@")
     try:
         tokens = int(tokens_text)
         offset = int(offset_text) if offset_text else 0
     except ValueError:
         raise SpecError(
-            f"--prefill: cannot read {text!r}; write N or N@OFFSET, e.g. 512@1024"
+            f"cannot read {text!r}; write N or N@OFFSET, e.g. 512@1024", field="prefill"
         ) from None
     if tokens <= 0 or offset < 0:
-        raise SpecError(f"--prefill: {text!r}: N must be positive and OFFSET zero or more")
+        raise SpecError(f"{text!r}: N must be positive and OFFSET zero or more", field="prefill")
     return PrefillChunk(tokens, offset)
 
 
@@ -84,3 +87,40 @@ def chunking_report(
             for r in results
         ],
     }
+
+
+@dataclass(frozen=True, slots=True)
+class RooflineAnswer:
+    """The answer to a roofline request: ``chunking`` (a prompt at several chunk sizes) or
+    not (one iteration), and its JSON document; ``asked_iteration``: the request named an
+    iteration's contents (else the document is about the ridge alone)."""
+
+    chunking: bool
+    asked_iteration: bool
+    doc: dict[str, Any]
+
+
+def answer(request: RooflineRequest) -> RooflineAnswer:
+    """Validate ``request`` and ask the step-time model. Raises SpecError naming the field."""
+    from budgettune.app.step_model import step_model_of
+
+    if request.decodes < 0:
+        raise SpecError(f"must be zero or more, got {request.decodes}", field="decodes")
+    if request.context < 0:
+        raise SpecError(f"must be zero or more, got {request.context}", field="context")
+    if request.prompt is not None and request.prefill:
+        raise SpecError(
+            "asks a different question than --prefill; give one of them", field="prompt"
+        )
+    if request.prompt is not None and request.prompt <= 0:
+        raise SpecError(
+            f"must be a positive number of tokens, got {request.prompt}", field="prompt"
+        )
+    step_model = step_model_of(request.model)
+    if request.prompt is not None:
+        sizes = parse_int_list(request.chunk_sizes, field="chunk_sizes")
+        doc = chunking_report(step_model, request.prompt, sizes, request.decodes, request.context)
+        return RooflineAnswer(chunking=True, asked_iteration=True, doc=doc)
+    chunks = [parse_prefill_chunk(text) for text in request.prefill]
+    doc = iteration_report(step_model, chunks, request.decodes, request.context)
+    return RooflineAnswer(chunking=False, asked_iteration=bool(chunks or request.decodes), doc=doc)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from budgettune.app.requests import SIMULATE_BUDGETS
 from budgettune.core import metrics
 from budgettune.core.errors import SpecError
 from budgettune.core.metrics import MetricsSummary, summarize
@@ -33,15 +34,16 @@ if TYPE_CHECKING:  # results pulls in the live load runner (httpx): imported whe
 
 Budget = int | None  # None: the prefill-first ("none") policy
 
-DEFAULT_BUDGETS = "256,512,1024,2048,8192,none"
+DEFAULT_BUDGETS = SIMULATE_BUDGETS
 _NONE_NAMES = {"none", "off", "nochunk", "no-chunking"}
 TBT_CDF_POINTS = 1000  # order statistics kept per point in results.json (of ~500,000 gaps)
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
 
-def parse_budgets(text: str, *, option: str = "--budgets") -> list[Budget]:
-    """Parse "256,512,8k,none" (``none``: no chunking, prefill-first). Raises SpecError."""
+def parse_budgets(text: str, *, field: str = "budgets") -> list[Budget]:
+    """Parse "256,512,8k,none" (``none``: no chunking, prefill-first). Raises SpecError on
+    ``field``."""
     budgets: list[Budget] = []
     for part in str(text).split(","):
         part = part.strip()
@@ -50,12 +52,12 @@ def parse_budgets(text: str, *, option: str = "--budgets") -> list[Budget]:
         if part.lower() in _NONE_NAMES:
             budgets.append(None)
             continue
-        value = parse_tokens(part, field=option)
+        value = parse_tokens(part, field=field)
         if value <= 0:
-            raise SpecError(f"{option}: a budget must be positive, got {part!r}")
+            raise SpecError(f"a budget must be positive, got {part!r}", field=field)
         budgets.append(value)
     if not budgets:
-        raise SpecError(f"{option}: no budget in {text!r}; write e.g. {DEFAULT_BUDGETS}")
+        raise SpecError(f"no budget in {text!r}; write e.g. {DEFAULT_BUDGETS}", field=field)
     return budgets
 
 
@@ -242,14 +244,15 @@ def run_simulate(
     Raises SpecError for a bad budget or rate before anything runs.
     """
     if not rate_per_s > 0:
-        raise SpecError(f"--rate: must be positive, got {rate_per_s!r}")
+        raise SpecError(f"must be positive, got {rate_per_s!r}", field="rate")
     if warmup_requests < 0:
-        raise SpecError(f"--warmup: must be zero or more, got {warmup_requests}")
+        raise SpecError(f"must be zero or more, got {warmup_requests}", field="warmup")
     configs = [dataclasses.replace(scheduler, budget_tokens=b) for b in budgets]
     schedule = schedule_at(rate_per_s)
     if warmup_requests >= len(schedule):
         raise SpecError(
-            f"--warmup: {warmup_requests} leaves none of the {len(schedule)} requests to measure"
+            f"{warmup_requests} leaves none of the {len(schedule)} requests to measure",
+            field="warmup",
         )
     points = []
     for config in configs:

@@ -1,6 +1,7 @@
-"""`sweep --resume DIR` alone: the options the sweep in DIR was started with, read back from its
-``sweep.json``, with those given again checked against them (a different question is refused,
-naming every option that differs)."""
+"""`sweep --resume DIR` alone: the request the sweep in DIR was started with, saved in its
+``sweep.json`` as a flat JSON object of option names (the app's ``SweepRequest.options()``; the
+layout every sweep.json with ``options`` has used), read back, and those given again checked
+against it (a different question is refused, naming every option that differs)."""
 
 from __future__ import annotations
 
@@ -59,7 +60,8 @@ def restore_options(
         was = ", ".join(f"{flags.get(n, n)} {_show(saved[n])}" for n in differing)
         now = ", ".join(f"{flags.get(n, n)} {_show(current[n])}" for n in differing)
         raise UserError(
-            f"--resume: {run_dir} was a sweep with {was}; this command gives {now}",
+            f"{run_dir} was a sweep with {was}; this command gives {now}",
+            field="resume",
             hint="drop those options to continue it, or start a new sweep with -o",
         )
     restored = dict(current)

@@ -3,35 +3,27 @@ model, and print what they imply for the budget."""
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-from rich.table import Table
 
-from budgettune.app.profile import (
-    ENGINES,
-    ProfileConfig,
-    ProfileOutcome,
-    run_profile,
-    validate,
-)
+from budgettune.app.requests import ModelRequest, ProfileRequest
 from budgettune.cli import Command, app
 from budgettune.cli import _engine_options as eo
 from budgettune.cli._common import console, console_err, print_json, with_profiles_option
-from budgettune.core.units import format_ms, parse_duration_s, parse_int_list, parse_tokens
-from budgettune.model.profile import Profile, load_profile, profile_to_json
-from budgettune.model.stepmodel import DEFAULT_BANDWIDTH_EFFICIENCY, DEFAULT_COMPUTE_EFFICIENCY
+from budgettune.core.units import format_ms
+
+if TYPE_CHECKING:  # the profile pipeline (numpy, the engines) loads when the command runs
+
+    from budgettune.app.profile import ProfileOutcome
+    from budgettune.model.profile import Profile
+
+# How `profile` measures (budgettune.app.profile.ENGINES, written out for the help: a test
+# checks they agree).
+ENGINES = ("vllm", "sglang", "sim", "torch", "analytic")
+MODEL_DEFAULTS = ModelRequest()
 
 
 @app.command(cls=Command)
@@ -92,12 +84,12 @@ def profile(
     ),
     seed: int = typer.Option(0, "--seed", help="Seed for token ids, weights and the bootstrap."),
     compute_efficiency: float = typer.Option(
-        DEFAULT_COMPUTE_EFFICIENCY,
+        MODEL_DEFAULTS.compute_efficiency,
         "--compute-efficiency",
         help="analytic and sim: achievable share of peak FLOP/s (default 0.6).",
     ),
     bandwidth_efficiency: float = typer.Option(
-        DEFAULT_BANDWIDTH_EFFICIENCY,
+        MODEL_DEFAULTS.bandwidth_efficiency,
         "--bandwidth-efficiency",
         help="analytic and sim: achievable share of peak bandwidth (default 0.8).",
     ),
@@ -112,10 +104,10 @@ def profile(
         "--tensor-parallel",
         help="GPUs the model is split over (analytic: pool FLOP/s and bandwidth; default 1).",
     ),
-    engine_arg: list[str] = eo.ENGINE_ARG,
-    engine_cmd: str | None = eo.ENGINE_CMD,
-    env: list[str] = eo.ENGINE_ENV,
-    health_timeout: str | None = eo.HEALTH_TIMEOUT,
+    engine_arg: eo.EngineArg = [],  # noqa: B006 (typer copies a list default)
+    engine_cmd: eo.EngineCmd = None,
+    env: eo.Env = [],  # noqa: B006
+    health_timeout: eo.HealthTimeout = None,
     compare: list[Path] | None = with_profiles_option(
         "With -o: another profile JSON drawn beside this one in report.html (repeatable), "
         "e.g. the torch profile of the same model."
@@ -127,36 +119,27 @@ def profile(
 
     Measured by vllm, sglang, sim (through their API) or torch (the model); analytic: presets.
     """
-    for path in compare or ():  # refuse a bad --with before minutes of measuring
-        load_profile(path, field="compare")
-    config = ProfileConfig(
-        model=model,
-        engine=engine.strip().lower(),
-        gpu_name=gpu_name,
-        max_tokens=parse_tokens(max_tokens, field="--max-tokens"),
-        repeats=repeats,
-        output=output,
-        max_batch=max_batch,
-        contexts=tuple(parse_int_list(contexts, field="--contexts")),
-        dtype=dtype,
-        device=device,
-        threads=threads,
-        seed=seed,
-        probe_timeout_s=parse_duration_s(probe_timeout, field="--probe-timeout"),
-        typical_batch=typical_batch,
-        typical_context=typical_context,
-        compute_efficiency=compute_efficiency,
-        bandwidth_efficiency=bandwidth_efficiency,
-        overhead_s=overhead_ms / 1e3,
-        mode=mode,
-        tensor_parallel=tensor_parallel,
-        engine_args=tuple(arg for item in engine_arg for arg in shlex.split(item)),
-        engine_cmd=tuple(shlex.split(engine_cmd)) if engine_cmd else None,
-        engine_env=eo.parse_env(env),
-        health_timeout_s=parse_duration_s(health_timeout, field="--health-timeout")
-        if health_timeout
-        else None,
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
     )
+
+    from budgettune.app.profile import profile_config_of, run_profile, validate
+
+    request = ProfileRequest(
+        model=model, engine=engine, gpu_name=gpu_name, max_tokens=max_tokens, repeats=repeats,
+        output=output, max_batch=max_batch, contexts=contexts, dtype=dtype, device=device,
+        threads=threads, typical_batch=typical_batch, typical_context=typical_context,
+        probe_timeout=probe_timeout, seed=seed, compute_efficiency=compute_efficiency,
+        bandwidth_efficiency=bandwidth_efficiency, overhead_ms=overhead_ms, mode=mode,
+        tensor_parallel=tensor_parallel, engine_arg=tuple(engine_arg), engine_cmd=engine_cmd,
+        env=tuple(env), health_timeout=health_timeout, compare=tuple(compare or ()),
+    )  # fmt: skip
+    config = profile_config_of(request)
     validate(config)  # bad input fails here, before anything starts
     with Progress(
         TextColumn("{task.description:<8}"),
@@ -200,6 +183,8 @@ def _write_report(
 
 
 def _json_document(outcome: ProfileOutcome) -> dict[str, Any]:
+    from budgettune.model.profile import profile_to_json
+
     doc = profile_to_json(outcome.profile)
     doc.pop("probes")
     summary = outcome.summary
@@ -241,6 +226,8 @@ def _title(p: Profile) -> str:
 
 
 def _print_tables(outcome: ProfileOutcome) -> None:
+    from rich.table import Table
+
     p = outcome.profile
     console.print(f"[bold]{_title(p)}[/bold]  [dim]{p.label}[/dim]")
     ridge = p.ridge

@@ -4,255 +4,137 @@ show TTFT/TBT/TPOT/E2E percentiles, failures and the load generator's self-check
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import datetime as _dt
 import math
-import platform
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich import box
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
-from rich.table import Table
 
-from budgettune.app.simulate import file_sha256, parse_budgets
+from budgettune.app.requests import LaunchRequest, ReplayRequest, TrafficRequest
 from budgettune.cli import Command, app
 from budgettune.cli import _engine_options as eo
-from budgettune.cli import _trace_options as to
 from budgettune.cli._common import console, console_err, print_json, print_warning
-from budgettune.core.errors import SpecError
-from budgettune.core.hardware import resolve_gpu, resolve_model
-from budgettune.core.metrics import summarize
-from budgettune.core.slo import SLO
-from budgettune.core.units import format_ms, parse_duration_s
-from budgettune.engines.base import EngineHandle, StartProgress
-from budgettune.engines.registry import engine_names
+from budgettune.cli._groups import with_groups
+from budgettune.cli._trace_options import TRAFFIC
+from budgettune.core.units import format_ms
 
 if TYPE_CHECKING:  # the live runner and the replay pipeline load when the command runs
     from budgettune.app.replay import ReplayConfig, ReplayResult
+    from budgettune.core.slo import SLO
+    from budgettune.engines.base import EngineHandle, StartProgress
     from budgettune.loadgen.runner import RunProgress
 
 LAG_WARN_MS = 5.0
-LAUNCHABLE = [name for name in engine_names() if name != "external"]
+LAUNCHABLE = [name for name in eo.ENGINE_NAMES if name != "external"]
 RUN_PANEL = "Load generator"
 SLO_PANEL = "SLOs (optional: a verdict on the console and in report.html)"
 
+Engine = Annotated[str, typer.Option(
+    "--engine", help=f"Engine to launch: auto (vLLM when installed and a GPU is visible, else "
+    f"sim), {', '.join(LAUNCHABLE)}. --url measures your own server instead.",
+    rich_help_panel=eo.PANEL,
+)]  # fmt: skip
+Budget = Annotated[str | None, typer.Option(
+    "--budget", help="Token budget for the launched engine (vLLM --max-num-batched-tokens), "
+    "e.g. 512 or 2k; 'none' = no chunking. Default: the engine's own.", rich_help_panel=eo.PANEL,
+)]  # fmt: skip
+Gpu = Annotated[str | None, eo.gpu_option("GPU preset for the sim engine (default {gpu}).")]
+Port = Annotated[int | None, typer.Option(
+    "--port", help="Port for the launched engine (default: a free one).", rich_help_panel=eo.PANEL,
+)]  # fmt: skip
+Warmup = Annotated[int, typer.Option(
+    "--warmup", min=0, help="Leave the first N requests out of the statistics.",
+    rich_help_panel=RUN_PANEL,
+)]  # fmt: skip
+MergedChunks = Annotated[str, typer.Option(
+    "--merged-chunks", help="A stream chunk carrying k > 1 tokens: spread its gap evenly over "
+    "the k tokens, or first (one real gap, k - 1 zero gaps).", rich_help_panel=RUN_PANEL,
+)]  # fmt: skip
+MaxErrorRate = Annotated[float | None, typer.Option(
+    "--max-error-rate", help="Abort once more than this share (0-1) of finished requests "
+    "failed (checked from 10 finished).", rich_help_panel=RUN_PANEL,
+)]  # fmt: skip
+RequestTimeout = Annotated[str, typer.Option(
+    "--request-timeout", help="Fail a request when its stream stalls this long.",
+    rich_help_panel=RUN_PANEL,
+)]  # fmt: skip
+Output = Annotated[Path | None, typer.Option(
+    "--output", "-o", help="Folder for results.json, report.html and the engine log (default "
+    "reports/replay-<date-time>).", rich_help_panel=RUN_PANEL,
+)]  # fmt: skip
+SloTbt = Annotated[str | None, typer.Option(
+    "--slo-tbt", help="TBT target to judge the run against, e.g. 50ms (default: none, no "
+    "verdict).", rich_help_panel=SLO_PANEL,
+)]  # fmt: skip
+SloTtft = Annotated[str | None, typer.Option(
+    "--slo-ttft", help="TTFT target to judge the run against, e.g. 1s (default: none).",
+    rich_help_panel=SLO_PANEL,
+)]  # fmt: skip
+Percentile = Annotated[float, typer.Option(
+    "--percentile", help="Percentile the SLOs constrain (default 99).", rich_help_panel=SLO_PANEL,
+)]  # fmt: skip
+AsJson = Annotated[bool, typer.Option(
+    "--json", help="Print one JSON document (a simulate point plus the self-check)."
+)]  # fmt: skip
+
 
 @app.command(cls=Command)
+@with_groups(launch=eo.LAUNCH, traffic=TRAFFIC)
 def replay(
-    engine: str = typer.Option(
-        "auto", "--engine", help=f"Engine to launch: auto (vLLM when installed and a GPU is "
-        f"visible, else sim), {', '.join(LAUNCHABLE)}. --url measures your own server instead.",
-        rich_help_panel=eo.PANEL,
-    ),
-    url: str | None = eo.URL,
-    budget: str | None = typer.Option(
-        None, "--budget", help="Token budget for the launched engine (vLLM "
-        "--max-num-batched-tokens), e.g. 512 or 2k; 'none' = no chunking. Default: the "
-        "engine's own.", rich_help_panel=eo.PANEL,
-    ),
-    model: str | None = typer.Option(
-        None, "--model", help="Model to serve: a folder or Hugging Face id for vLLM/SGLang; for "
-        "sim a preset or config.json (default llama-3.1-8b).", rich_help_panel=eo.PANEL,
-    ),
-    gpu: str | None = typer.Option(
-        None, "--gpu", help="GPU preset for the sim engine (default h100-sxm).",
-        rich_help_panel=eo.PANEL,
-    ),
-    port: int | None = typer.Option(
-        None, "--port", help="Port for the launched engine (default: a free one).",
-        rich_help_panel=eo.PANEL,
-    ),
-    max_num_seqs: int = eo.MAX_NUM_SEQS,
-    engine_cmd: str | None = eo.ENGINE_CMD,
-    env: list[str] = eo.ENGINE_ENV,
-    engine_arg: list[str] = eo.ENGINE_ARG,
-    dtype: str | None = eo.DTYPE,
-    tensor_parallel_size: int | None = eo.TENSOR_PARALLEL_SIZE,
-    gpu_memory_utilization: float | None = eo.GPU_MEMORY_UTILIZATION,
-    prefix_caching: str = eo.PREFIX_CACHING,
-    health_timeout: str | None = eo.HEALTH_TIMEOUT,
-    trace: Path | None = to.TRACE,
-    format: str | None = to.FORMAT,
-    columns: str | None = to.COLUMNS,
-    arrivals: str | None = to.ARRIVALS,
-    rate: float | None = to.RATE,
-    burstiness: float = to.BURSTINESS,
-    time_scale: float = to.TIME_SCALE,
-    window: str | None = to.WINDOW,
-    requests: int | None = to.REQUESTS,
-    duration: str | None = to.DURATION,
-    max_model_len: str | None = to.MAX_MODEL_LEN,
-    on_long: str = to.ON_LONG,
-    strict: bool = to.STRICT,
-    seed: int = to.SEED,
-    prompt_dist: str | None = to.PROMPT_DIST,
-    output_dist: str | None = to.OUTPUT_DIST,
-    warmup: int = typer.Option(
-        0, "--warmup", min=0, help="Leave the first N requests out of the statistics.",
-        rich_help_panel=RUN_PANEL,
-    ),
-    merged_chunks: str = typer.Option(
-        "spread", "--merged-chunks", help="A stream chunk carrying k > 1 tokens: spread its "
-        "gap evenly over the k tokens, or first (one real gap, k - 1 zero gaps).",
-        rich_help_panel=RUN_PANEL,
-    ),
-    max_error_rate: float | None = typer.Option(
-        None, "--max-error-rate", help="Abort once more than this share (0-1) of finished "
-        "requests failed (checked from 10 finished).", rich_help_panel=RUN_PANEL,
-    ),
-    request_timeout: str = typer.Option(
-        "300s", "--request-timeout", help="Fail a request when its stream stalls this long.",
-        rich_help_panel=RUN_PANEL,
-    ),
-    output: Path | None = typer.Option(
-        None, "--output", "-o", help="Folder for results.json, report.html and the engine log "
-        "(default reports/replay-<date-time>).", rich_help_panel=RUN_PANEL,
-    ),
-    slo_tbt: str | None = typer.Option(
-        None, "--slo-tbt", help="TBT target to judge the run against, e.g. 50ms (default: none, "
-        "no verdict).", rich_help_panel=SLO_PANEL,
-    ),
-    slo_ttft: str | None = typer.Option(
-        None, "--slo-ttft", help="TTFT target to judge the run against, e.g. 1s (default: none).",
-        rich_help_panel=SLO_PANEL,
-    ),
-    percentile: float = typer.Option(
-        99.0, "--percentile", help="Percentile the SLOs constrain (default 99).",
-        rich_help_panel=SLO_PANEL,
-    ),
-    as_json: bool = typer.Option(
-        False, "--json", help="Print one JSON document (a simulate point plus the self-check)."
-    ),
-) -> None:  # fmt: skip
+    engine: Engine = "auto",
+    url: eo.Url = None,
+    budget: Budget = None,
+    model: eo.Model = None,
+    gpu: Gpu = None,
+    port: Port = None,
+    launch: LaunchRequest = LaunchRequest(),
+    traffic: TrafficRequest = TrafficRequest(),
+    warmup: Warmup = 0,
+    merged_chunks: MergedChunks = "spread",
+    max_error_rate: MaxErrorRate = None,
+    request_timeout: RequestTimeout = "300s",
+    output: Output = None,
+    slo_tbt: SloTbt = None,
+    slo_ttft: SloTtft = None,
+    percentile: Percentile = 99.0,
+    as_json: AsJson = False,
+) -> None:
     """Replay traffic on a live engine and measure TTFT, TBT, TPOT and E2E.
 
     Launches the engine for one budget (or measures --url), sends each request
     at its scheduled time with exact prompt and output lengths, and writes
     results.json with every request's raw token times.
     """
-    from budgettune.app.replay import ReplayConfig
-    from budgettune.loadgen.runner import MERGED_MODES, RunOptions
+    from budgettune.app.replay_setup import prepare_replay
 
-    slo_tbt_s = None if slo_tbt is None else parse_duration_s(slo_tbt, field="--slo-tbt")
-    slo_ttft_s = None if slo_ttft is None else parse_duration_s(slo_ttft, field="--slo-ttft")
-    slo = _slo(slo_tbt_s, slo_ttft_s, percentile)
-    if merged_chunks not in MERGED_MODES:
-        raise SpecError(f"--merged-chunks: unknown mode {merged_chunks!r}; use spread or first")
-    engine_name, why = eo.resolve_auto_engine(engine, url, engine_cmd)
-    if engine_name not in engine_names():
-        raise SpecError(
-            f"--engine: unknown engine {engine!r}; known: auto, {', '.join(engine_names())}"
-        )
-    if engine.strip().lower() == "auto" and url is None:
-        console_err.print(why, highlight=False)
-    if engine_name == "external":
-        for option, value in (("--budget", budget), ("--port", port), ("--model", model)):
-            if value is not None:
-                raise SpecError(f"{option}: not with --url (the server is already configured)")
-    elif engine_name != "sim" and not model:
-        raise SpecError(f"--model: the {engine_name} engine needs a model (a folder or an id)")
-    budget_tokens: int | None = None  # None with chunked: the engine's default budget
-    chunked = True
-    if budget is not None:
-        budgets = parse_budgets(budget, option="--budget")
-        if len(budgets) != 1:
-            raise SpecError(f"--budget: one budget per replay, got {budget!r} (see `sweep`)")
-        budget_tokens = budgets[0]
-        chunked = budget_tokens is not None
-    traffic = to.traffic_from_options(
-        trace=trace, format=format, columns=columns, arrivals=arrivals, rate=rate,
-        burstiness=burstiness, time_scale=time_scale, window=window, requests=requests,
-        duration=duration, max_model_len=max_model_len, on_long=on_long, strict=strict,
-        seed=seed, prompt_dist=prompt_dist, output_dist=output_dist, default_requests=200,
-        on_warning=print_warning,
+    request = ReplayRequest(
+        engine=engine, url=url, budget=budget, model=model, gpu=gpu, port=port, launch=launch,
+        traffic=traffic, warmup=warmup, merged_chunks=merged_chunks,
+        max_error_rate=max_error_rate, request_timeout=request_timeout, output=output,
+        slo_tbt=slo_tbt, slo_ttft=slo_ttft, percentile=percentile,
     )  # fmt: skip
-    if warmup >= len(traffic.schedule):
-        raise SpecError(f"--warmup: {warmup} leaves none of {len(traffic.schedule)} requests")
-    out_dir = output or Path("reports") / _dt.datetime.now().strftime("replay-%Y%m%d-%H%M%S")
-    label = "default" if budget is None else str(budget_tokens or "none")
-    base = eo.launch_spec_from_options(
-        engine=engine_name, model=model, gpu=gpu, max_num_seqs=max_num_seqs,
-        max_model_len=max_model_len, engine_cmd=engine_cmd, env=env, engine_arg=engine_arg,
-        dtype=dtype, tensor_parallel_size=tensor_parallel_size,
-        gpu_memory_utilization=gpu_memory_utilization, prefix_caching=prefix_caching,
-        health_timeout=health_timeout, url=url,
-    )  # fmt: skip
-    spec = dataclasses.replace(
-        base,
-        budget_tokens=budget_tokens,
-        chunked_prefill=chunked,
-        port=port,
-        log_path=None if engine_name == "external" else out_dir / f"engine-{label}.log",
-    )
-    run = RunOptions(
-        merged_chunks=merged_chunks,
-        max_error_rate=max_error_rate,
-        request_timeout_s=parse_duration_s(request_timeout, field="--request-timeout"),
-        seed=seed,
-        warmup_requests=warmup,
-    )
-    hardware = _hardware(engine_name, model, gpu)
-    config = ReplayConfig(
-        engine=engine_name,
-        spec=spec,
-        run=run,
-        traffic=traffic.description,
-        output_dir=out_dir,
-        write_report=True,
+    prepared = prepare_replay(
+        request,
         command=("budgettune", *sys.argv[1:]),
-        config=dict(
-            engine=engine_name, url=url, budget=budget_tokens, chunked_prefill=chunked,
-            max_num_seqs=max_num_seqs, model=model, gpu=gpu, engine_cmd=engine_cmd,
-            env=list(env), engine_args=list(spec.extra_args), dtype=dtype,
-            tensor_parallel_size=tensor_parallel_size,
-            gpu_memory_utilization=gpu_memory_utilization, prefix_caching=prefix_caching,
-            health_timeout_s=spec.health_timeout_s, trace=str(trace) if trace else None,
-            format=format, arrivals=arrivals, rate=rate, burstiness=burstiness,
-            time_scale=time_scale, window=window, requests=requests, duration=duration,
-            max_model_len=max_model_len, on_long=on_long, seed=seed, prompt_dist=prompt_dist,
-            output_dist=output_dist, warmup=warmup, merged_chunks=merged_chunks,
-            max_error_rate=max_error_rate, request_timeout=request_timeout,
-            slo_tbt_s=slo_tbt_s, slo_ttft_s=slo_ttft_s, percentile=percentile,
-            python_version=platform.python_version(),
-            trace_sha256=file_sha256(trace) if trace else None,
-        ),
-        hardware=hardware,
-        rate_per_s=rate,
-    )  # fmt: skip
-    result = _run_with_progress(config, traffic.schedule, len(traffic.schedule))
+        say=lambda line: console_err.print(line, highlight=False),
+        warn=print_warning,
+    )
+    schedule = prepared.traffic.schedule
+    result = _run_with_progress(prepared.config, schedule, len(schedule))
     if as_json:
         print_json(result.to_json())
     else:
-        _print_summary(result, traffic.description)
-        if slo is not None:
-            _print_verdict(result, slo, warmup)
+        _print_summary(result, prepared.traffic.description)
+        if prepared.slo is not None:
+            _print_verdict(result, prepared.slo, warmup)
     _finish(result)
-
-
-def _slo(tbt_s: float | None, ttft_s: float | None, percentile: float) -> SLO | None:
-    """The SLOs to judge by, when at least one was given. ``SLO`` needs both targets: the one
-    not given is set to infinity, so it never fails."""
-    if tbt_s is None and ttft_s is None:
-        return None
-    return SLO(
-        tbt_s=math.inf if tbt_s is None else tbt_s,
-        ttft_s=math.inf if ttft_s is None else ttft_s,
-        percentile=percentile,
-    )
 
 
 def _print_verdict(result: ReplayResult, slo: SLO, warmup: int) -> None:
     """One line per SLO given, judged at its percentile from the raw records (pass or FAIL)."""
+    from budgettune.core.metrics import summarize
+
     records = [live.record for live in result.outcome.records]
     judged = slo.judge(
         summarize(records, warmup_requests=warmup, slo_quantile=slo.percentile / 100)
@@ -271,33 +153,16 @@ def _print_verdict(result: ReplayResult, slo: SLO, warmup: int) -> None:
         )
 
 
-def _hardware(engine: str, model: str | None, gpu: str | None) -> dict[str, Any] | None:
-    """GPU and model facts known from the options (the sim engine's defaults when unset); an
-    external server's hardware is unknown."""
-    if engine == "external":
-        return None
-    if engine == "sim":
-        model, gpu = model or "llama-3.1-8b", gpu or "h100-sxm"
-    facts: dict[str, Any] = {}
-    if gpu is not None:
-        card = resolve_gpu(gpu)
-        facts.update(
-            gpu=card.name,
-            peak_tflops=card.peak_flops / 1e12,
-            bandwidth_tbs=card.bandwidth_bytes_per_s / 1e12,
-            memory_gb=card.memory_bytes / 1e9,
-        )
-    if model is not None:
-        facts["model"] = model
-        try:
-            shape = resolve_model(model)
-            facts.update(model=shape.name, params=shape.params)
-        except SpecError:
-            pass  # a hub name the engine resolves itself: keep the name only
-    return facts or None
-
-
 def _run_with_progress(config: ReplayConfig, schedule: Any, total: int) -> ReplayResult:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
     from budgettune.app.replay import run_replay
 
     with Progress(
@@ -353,6 +218,9 @@ def _lag_cell(value_ms: float | None) -> str:
 
 
 def _print_summary(result: ReplayResult, traffic: str) -> None:
+    from rich import box
+    from rich.table import Table
+
     doc = result.to_json()
     engine = result.engine
     console.print(

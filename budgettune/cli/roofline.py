@@ -3,29 +3,18 @@
 from __future__ import annotations
 
 import typer
-from rich.table import Table
 
-from budgettune.app.roofline import chunking_report, iteration_report, parse_prefill_chunk
+from budgettune.app.requests import ModelRequest, RooflineRequest
 from budgettune.cli import Command, app
 from budgettune.cli import _model_options as mo
 from budgettune.cli._common import console, print_json
-from budgettune.core.errors import SpecError
-from budgettune.core.units import parse_int_list
+from budgettune.cli._groups import with_groups
 
 
 @app.command(cls=Command)
+@with_groups(model=mo.MODEL)
 def roofline(
-    model: str = mo.MODEL,
-    gpu: str = mo.GPU_NAME,
-    peak_tflops: float | None = mo.PEAK_TFLOPS,
-    bandwidth_tbs: float | None = mo.BANDWIDTH_TBS,
-    memory_gb: float | None = mo.MEMORY_GB,
-    dtype: str = mo.DTYPE,
-    tensor_parallel: int = mo.TENSOR_PARALLEL,
-    compute_efficiency: float = mo.COMPUTE_EFFICIENCY,
-    bandwidth_efficiency: float = mo.BANDWIDTH_EFFICIENCY,
-    overhead_ms: float = mo.OVERHEAD_MS,
-    mode: str = mo.MODE,
+    model: ModelRequest = mo.DEFAULTS,
     prefill: list[str] = typer.Option(
         [],
         "--prefill",
@@ -54,30 +43,25 @@ def roofline(
     With --prefill/--decodes: the time of one iteration holding them. With --prompt: the time to
     prefill that prompt in chunks of each --chunk-sizes value, against one iteration.
     """
-    if decodes < 0:
-        raise SpecError(f"--decodes: must be zero or more, got {decodes}")
-    if context < 0:
-        raise SpecError(f"--context: must be zero or more, got {context}")
-    if prompt is not None and prefill:
-        raise SpecError("--prompt and --prefill ask different questions; give one of them")
-    if prompt is not None and prompt <= 0:
-        raise SpecError(f"--prompt: must be a positive number of tokens, got {prompt}")
-    step_model = mo.step_model_from_options(
+    from budgettune.app.roofline import answer
+
+    request = RooflineRequest(
         model=model,
-        gpu=mo.gpu_from_options(gpu, peak_tflops, bandwidth_tbs, memory_gb),
-        dtype=dtype,
-        tensor_parallel=tensor_parallel,
-        compute_efficiency=compute_efficiency,
-        bandwidth_efficiency=bandwidth_efficiency,
-        overhead_ms=overhead_ms,
-        mode=mode,
+        prefill=tuple(prefill),
+        decodes=decodes,
+        context=context,
+        prompt=prompt,
+        chunk_sizes=chunk_sizes,
     )
-    if prompt is not None:
-        sizes = parse_int_list(chunk_sizes, field="--chunk-sizes")
-        doc = chunking_report(step_model, prompt, sizes, decodes, context)
+    found = answer(request)
+    doc = found.doc
+    mode = model.mode
+    if found.chunking:
         if as_json:
             print_json(doc)
             return
+        from rich.table import Table
+
         table = Table(
             title=f"Prefilling {prompt} tokens"
             + (f" beside {decodes} decodes at context {context}" if decodes else "")
@@ -99,10 +83,8 @@ def roofline(
         console.print(table)
         console.print(f"One iteration with the whole prompt: {doc['one_shot_ms']:.2f} ms")
         return
-    chunks = [parse_prefill_chunk(text) for text in prefill]
-    doc = iteration_report(step_model, chunks, decodes, context)
     if as_json:
-        if not (chunks or decodes):  # no iteration asked about: the ridge alone, no 0 ms step
+        if not found.asked_iteration:  # no iteration asked about: the ridge alone, no 0 ms step
             doc = {"ridge_tokens": doc["ridge_tokens"], "mode": doc["mode"]}
         print_json(doc)
         return
@@ -110,7 +92,7 @@ def roofline(
         f"Ridge P* = [bold]{doc['ridge_tokens']:.0f}[/bold] tokens per iteration "
         f"(below: memory-bound, every iteration pays a full weight read; above: compute-bound)."
     )
-    if chunks or decodes:
+    if found.asked_iteration:
         bound = "compute-bound" if doc["compute_bound"] else "memory-bound"
         console.print(
             f"One iteration of {doc['prefill_tokens']} prompt tokens and {decodes} decodes at "

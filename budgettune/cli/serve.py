@@ -32,14 +32,14 @@ def serve(
         "else 2048).",
     ),
     max_num_seqs: int = typer.Option(256, "--max-num-seqs", min=1, help="Most running sequences."),
-    model: str = mo.MODEL,
-    gpu: str = mo.GPU_NAME,
-    dtype: str = mo.DTYPE,
-    compute_efficiency: float = mo.COMPUTE_EFFICIENCY,
-    bandwidth_efficiency: float = mo.BANDWIDTH_EFFICIENCY,
-    overhead_ms: float = mo.OVERHEAD_MS,
-    mode: str = mo.MODE,
-    profile: Path | None = mo.PROFILE,
+    model: mo.Model = mo.DEFAULTS.model,
+    gpu: mo.GpuName = mo.DEFAULTS.gpu,
+    dtype: mo.Dtype = mo.DEFAULTS.dtype,
+    compute_efficiency: mo.ComputeEfficiency = mo.DEFAULTS.compute_efficiency,
+    bandwidth_efficiency: mo.BandwidthEfficiency = mo.DEFAULTS.bandwidth_efficiency,
+    overhead_ms: mo.OverheadMs = mo.DEFAULTS.overhead_ms,
+    mode: mo.Mode = mo.DEFAULTS.mode,
+    profile: mo.Profile = None,
     max_model_len: str | None = typer.Option(
         None, "--max-model-len", help="Context limit, tokens (default: the model's)."
     ),
@@ -75,15 +75,16 @@ def serve(
     """
     if engine.strip().lower() not in SERVABLE:
         raise SpecError(
-            f"--engine: `serve` runs {', '.join(SERVABLE)}; got {engine!r} "
-            "(launch vLLM or SGLang with their own commands)"
+            f"`serve` runs {', '.join(SERVABLE)}; got {engine!r} "
+            "(launch vLLM or SGLang with their own commands)",
+            field="engine",
         )
     if budget is None:
         budget_tokens: int | None = default_budget_on("sim", resolve_gpu(gpu)).budget_tokens
     else:
-        budgets = parse_budgets(budget, option="--budget")
+        budgets = parse_budgets(budget, field="budget")
         if len(budgets) != 1:
-            raise SpecError(f"--budget: one budget, got {budget!r}")
+            raise SpecError(f"one budget, got {budget!r}", field="budget")
         budget_tokens = budgets[0]
     config = SimServerConfig(
         budget_tokens=budget_tokens,
@@ -91,9 +92,7 @@ def serve(
         model=model,
         gpu=gpu,
         dtype=dtype,
-        max_model_len=parse_tokens(max_model_len, field="--max-model-len")
-        if max_model_len
-        else None,
+        max_model_len=parse_tokens(max_model_len, field="max_model_len") if max_model_len else None,
         gpu_memory_utilization=gpu_memory_utilization,
         block_size=block_size,
         long_prefill_token_threshold=long_prefill_token_threshold,
@@ -117,5 +116,7 @@ def serve(
     try:
         summary = asyncio.run(serve_sim(config, on_ready=ready))
     except OSError as exc:
-        raise UserError(f"--port: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        raise UserError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}", field="port"
+        ) from None
     console_err.print(f"stopped; {summary}", highlight=False)

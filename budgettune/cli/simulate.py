@@ -5,47 +5,41 @@ and with -o a results.json and an HTML report."""
 from __future__ import annotations
 
 import math
-import platform
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from budgettune.app.simulate import (
-    DEFAULT_BUDGETS,
-    Budget,
-    SimulateReport,
-    budget_label,
-    parse_budgets,
-    run_simulate,
+from budgettune.app.requests import (
+    DEFAULT_PROMPT_DIST,
+    SIMULATE_BUDGETS,
+    SIMULATE_OUTPUT_DIST,
+    SIMULATE_RATE_PER_S,
+    SIMULATE_REQUESTS,
+    ModelRequest,
+    SimulateRequest,
+    TrafficRequest,
 )
 from budgettune.cli import Command, app
 from budgettune.cli import _model_options as mo
 from budgettune.cli import _trace_options as to
 from budgettune.cli._common import console, console_err, print_json, print_warning
-from budgettune.core.errors import SpecError
-from budgettune.core.slo import SLO
-from budgettune.core.units import parse_duration_s
-from budgettune.sim.kvcache import (
-    DEFAULT_BLOCK_SIZE,
-    DEFAULT_GPU_MEMORY_UTILIZATION,
-    kv_capacity_blocks,
-)
-from budgettune.sim.scheduler import SchedulerConfig
+from budgettune.cli._groups import with_groups
+from budgettune.sim.kvcache import DEFAULT_BLOCK_SIZE, DEFAULT_GPU_MEMORY_UTILIZATION
 
 if TYPE_CHECKING:  # rich's tables and progress load when the command prints them
     from rich.table import Table
 
-    from budgettune.core.hardware import GPU
-    from budgettune.model.stepmodel import StepModel
-    from budgettune.trace.schedule import Schedule
+    from budgettune.app.simulate import Budget, SimulateReport
+    from budgettune.core.slo import SLO
     from budgettune.tune.goodput import RateProbe
 
-DEFAULT_RATE_PER_S = 16.0
-DEFAULT_REQUESTS = 2000
-DEFAULT_OUTPUT_DIST = "lognormal:mean=250,sigma=1.0,max=4096"  # simulate's own, since issue 2
+# simulate's own synthetic defaults (issue 2), stated in its help and applied by the app
+DEFAULT_RATE_PER_S = SIMULATE_RATE_PER_S
+DEFAULT_REQUESTS = SIMULATE_REQUESTS
+DEFAULT_OUTPUT_DIST = SIMULATE_OUTPUT_DIST
 
 
 _HELP = (
@@ -59,235 +53,137 @@ _HELP = (
     "poisson/gamma --rate R)."
 )
 
+# The traffic options, four of them worded for simulate's own defaults.
+TRAFFIC = to.TRAFFIC.worded(
+    arrivals=Annotated[str | None, typer.Option(
+        "--arrivals", help="Arrival process: poisson (default without --trace) or gamma (see "
+        "--burstiness); with --trace also recorded (its own times, the default when it has "
+        "them).", rich_help_panel=to.PANEL,
+    )],
+    rate=Annotated[float | None, typer.Option(
+        "--rate", help=f"Mean arrival rate, requests/s (default {DEFAULT_RATE_PER_S:g} without "
+        "--trace; with a recorded trace its own rate, or rescaled to this).",
+        rich_help_panel=to.PANEL,
+    )],
+    requests=Annotated[int | None, typer.Option(
+        "--requests", help=f"Requests to simulate, count (default {DEFAULT_REQUESTS} without "
+        "--trace; with one, all its requests, or the first N).", rich_help_panel=to.PANEL,
+    )],
+    output_dist=Annotated[str | None, typer.Option(
+        "--output-dist", help="Output length distribution without a trace, tokens: "
+        "lognormal:mean=M,sigma=S[,min=A][,max=B] (mean of the lengths), fixed:N or "
+        f"uniform:min=A,max=B (default {DEFAULT_OUTPUT_DIST}).", rich_help_panel=to.PANEL,
+    )],
+)  # fmt: skip
+
+Budgets = Annotated[str, typer.Option(
+    "--budgets", help="Comma-separated token budgets per iteration (vLLM "
+    "--max-num-batched-tokens), tokens; 'none' = no chunking (whole prompts first, no decodes "
+    "beside them).",
+)]  # fmt: skip
+MaxNumSeqs = Annotated[int, typer.Option(
+    "--max-num-seqs", help="Most running sequences (vLLM --max-num-seqs), count."
+)]  # fmt: skip
+GpuMemoryUtilization = Annotated[float, typer.Option(
+    "--gpu-memory-utilization", help="Share of GPU memory for weights and KV cache, 0-1; the KV "
+    "cache gets the rest after the weights.",
+)]  # fmt: skip
+BlockSize = Annotated[int, typer.Option("--block-size", help="KV-cache block size, tokens.")]
+BlockAligned = Annotated[bool, typer.Option(
+    "--block-aligned", help="Cut chunks that do not finish a prompt to whole KV blocks (vLLM "
+    "with prefix caching).",
+)]  # fmt: skip
+LongPrefillTokenThreshold = Annotated[int, typer.Option(
+    "--long-prefill-token-threshold",
+    help="Most prompt tokens one request takes per iteration, tokens; 0 = off.",
+)]  # fmt: skip
+Warmup = Annotated[int, typer.Option(
+    "--warmup", help="Leave the first N requests out of the metrics (count)."
+)]  # fmt: skip
+Goodput = Annotated[bool, typer.Option(
+    "--goodput", help="Also search each budget's goodput: the highest rate (requests/s, to 2%) "
+    "whose p99 TBT and p99 TTFT meet --slo-tbt and --slo-ttft, starting from --rate (a trace: "
+    "rescaled or redrawn at each rate tried).",
+)]  # fmt: skip
+SloTbt = Annotated[str, typer.Option(
+    "--slo-tbt",
+    help="p99 time-between-tokens target for --goodput and the -o report (e.g. 50ms).",
+)]  # fmt: skip
+SloTtft = Annotated[str, typer.Option(
+    "--slo-ttft", help="p99 time-to-first-token target for --goodput and the -o report (e.g. 1s).",
+)]  # fmt: skip
+Output = Annotated[Path | None, typer.Option(
+    "--output", "-o", help="Folder to write results.json (every option, every point, "
+    "per-request TTFT/E2E and a TBT sample) and report.html into; nothing is written without it.",
+)]  # fmt: skip
+AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON document, no tables.")]
+
 
 @app.command(cls=Command, help=_HELP)
+@with_groups(model=mo.MODEL, traffic=TRAFFIC)
 def simulate(
-    model: str = mo.MODEL,
-    gpu: str = mo.GPU_NAME,
-    peak_tflops: float | None = mo.PEAK_TFLOPS,
-    bandwidth_tbs: float | None = mo.BANDWIDTH_TBS,
-    memory_gb: float | None = mo.MEMORY_GB,
-    dtype: str = mo.DTYPE,
-    tensor_parallel: int = mo.TENSOR_PARALLEL,
-    compute_efficiency: float = mo.COMPUTE_EFFICIENCY,
-    bandwidth_efficiency: float = mo.BANDWIDTH_EFFICIENCY,
-    overhead_ms: float = mo.OVERHEAD_MS,
-    mode: str = mo.MODE,
-    profile: Path | None = mo.PROFILE,
-    budgets: str = typer.Option(
-        DEFAULT_BUDGETS,
-        "--budgets",
-        help="Comma-separated token budgets per iteration (vLLM --max-num-batched-tokens), "
-        "tokens; 'none' = no chunking (whole prompts first, no decodes beside them).",
-    ),
-    trace: Path | None = to.TRACE,
-    format: str | None = to.FORMAT,
-    columns: str | None = to.COLUMNS,
-    arrivals: str | None = typer.Option(
-        None,
-        "--arrivals",
-        help="Arrival process: poisson (default without --trace) or gamma (see --burstiness); "
-        "with --trace also recorded (its own times, the default when it has them).",
-        rich_help_panel=to.PANEL,
-    ),
-    rate: float | None = typer.Option(
-        None,
-        "--rate",
-        help=f"Mean arrival rate, requests/s (default {DEFAULT_RATE_PER_S:g} without --trace; "
-        "with a recorded trace its own rate, or rescaled to this).",
-        rich_help_panel=to.PANEL,
-    ),
-    burstiness: float = to.BURSTINESS,
-    time_scale: float = to.TIME_SCALE,
-    window: str | None = to.WINDOW,
-    requests: int | None = typer.Option(
-        None,
-        "--requests",
-        help=f"Requests to simulate, count (default {DEFAULT_REQUESTS} without --trace; with "
-        "one, all its requests, or the first N).",
-        rich_help_panel=to.PANEL,
-    ),
-    duration: str | None = to.DURATION,
-    max_model_len: str | None = to.MAX_MODEL_LEN,
-    on_long: str = to.ON_LONG,
-    strict: bool = to.STRICT,
-    seed: int = to.SEED,
-    prompt_dist: str | None = to.PROMPT_DIST,
-    output_dist: str | None = typer.Option(
-        None,
-        "--output-dist",
-        help="Output length distribution without a trace, tokens: "
-        "lognormal:mean=M,sigma=S[,min=A][,max=B] (mean of the lengths), fixed:N or "
-        f"uniform:min=A,max=B (default {DEFAULT_OUTPUT_DIST}).",
-        rich_help_panel=to.PANEL,
-    ),
-    max_num_seqs: int = typer.Option(
-        256, "--max-num-seqs", help="Most running sequences (vLLM --max-num-seqs), count."
-    ),
-    gpu_memory_utilization: float = typer.Option(
-        DEFAULT_GPU_MEMORY_UTILIZATION,
-        "--gpu-memory-utilization",
-        help="Share of GPU memory for weights and KV cache, 0-1; the KV cache gets the rest "
-        "after the weights.",
-    ),
-    block_size: int = typer.Option(
-        DEFAULT_BLOCK_SIZE,
-        "--block-size",
-        help="KV-cache block size, tokens.",
-    ),
-    block_aligned: bool = typer.Option(
-        False,
-        "--block-aligned",
-        help="Cut chunks that do not finish a prompt to whole KV blocks (vLLM with prefix "
-        "caching).",
-    ),
-    long_prefill_token_threshold: int = typer.Option(
-        0,
-        "--long-prefill-token-threshold",
-        help="Most prompt tokens one request takes per iteration, tokens; 0 = off.",
-    ),
-    warmup: int = typer.Option(
-        0, "--warmup", help="Leave the first N requests out of the metrics (count)."
-    ),
-    goodput: bool = typer.Option(
-        False,
-        "--goodput",
-        help="Also search each budget's goodput: the highest rate (requests/s, to 2%) whose "
-        "p99 TBT and p99 TTFT meet --slo-tbt and --slo-ttft, starting from --rate (a trace: "
-        "rescaled or redrawn at each rate tried).",
-    ),
-    slo_tbt: str = typer.Option(
-        "50ms",
-        "--slo-tbt",
-        help="p99 time-between-tokens target for --goodput and the -o report (e.g. 50ms).",
-    ),
-    slo_ttft: str = typer.Option(
-        "1s",
-        "--slo-ttft",
-        help="p99 time-to-first-token target for --goodput and the -o report (e.g. 1s).",
-    ),
-    output: Path | None = typer.Option(
-        None,
-        "--output",
-        "-o",
-        help="Folder to write results.json (every option, every point, per-request TTFT/E2E "
-        "and a TBT sample) and report.html into; nothing is written without it.",
-    ),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON document, no tables."),
+    model: ModelRequest = mo.DEFAULTS,
+    profile: mo.Profile = None,
+    budgets: Budgets = SIMULATE_BUDGETS,
+    traffic: TrafficRequest = to.DEFAULTS,
+    max_num_seqs: MaxNumSeqs = 256,
+    gpu_memory_utilization: GpuMemoryUtilization = DEFAULT_GPU_MEMORY_UTILIZATION,
+    block_size: BlockSize = DEFAULT_BLOCK_SIZE,
+    block_aligned: BlockAligned = False,
+    long_prefill_token_threshold: LongPrefillTokenThreshold = 0,
+    warmup: Warmup = 0,
+    goodput: Goodput = False,
+    slo_tbt: SloTbt = "50ms",
+    slo_ttft: SloTtft = "1s",
+    output: Output = None,
+    as_json: AsJson = False,
 ) -> None:
     """`budgettune simulate` (help text in _HELP: typer keeps a docstring's line breaks)."""
-    options = {k: str(v) if isinstance(v, Path) else v for k, v in locals().items()}
-    budget_list = parse_budgets(budgets)
-    # Parsed even without --goodput, so a typo never passes silently.
-    targets = SLO(
-        parse_duration_s(slo_tbt, field="--slo-tbt"),
-        parse_duration_s(slo_ttft, field="--slo-ttft"),
-    )
-    slo = targets if goodput else None
-    if trace is None:  # simulate's own synthetic defaults (issue 2), not the shared ones
-        rate = DEFAULT_RATE_PER_S if rate is None else rate
-        output_dist = output_dist or DEFAULT_OUTPUT_DIST
-    traffic = to.traffic_from_options(
-        trace=trace, format=format, columns=columns, arrivals=arrivals, rate=rate,
-        burstiness=burstiness, time_scale=time_scale, window=window, requests=requests,
-        duration=duration, max_model_len=max_model_len, on_long=on_long, strict=strict,
-        seed=seed, prompt_dist=prompt_dist, output_dist=output_dist,
-        default_requests=DEFAULT_REQUESTS,
-        on_warning=print_warning,
+    from budgettune.app.simulate_setup import prepare_simulation, write_simulation
+
+    request = SimulateRequest(
+        model=model, profile=profile, budgets=budgets, traffic=traffic,
+        max_num_seqs=max_num_seqs, gpu_memory_utilization=gpu_memory_utilization,
+        block_size=block_size, block_aligned=block_aligned,
+        long_prefill_token_threshold=long_prefill_token_threshold, warmup=warmup,
+        goodput=goodput, slo_tbt=slo_tbt, slo_ttft=slo_ttft, output=output,
     )  # fmt: skip
-    first = traffic.schedule
-    start_rate = first.rate_per_s if rate is None else rate
-    if not math.isfinite(start_rate):
-        raise SpecError(
-            f"--trace: {len(first)} request(s) with no time span have no arrival rate; "
-            "give --arrivals poisson --rate R"
-        )
-    gpu_spec = mo.gpu_from_options(gpu, peak_tflops, bandwidth_tbs, memory_gb)
-    model_label = f"{model} on {gpu_spec.name} ({mode})"
-    ridge_label = "ridge P* = {:.0f} tokens"
-    if profile is not None:
-        from budgettune.engines.embedded.profiled import profiled_model
-
-        # The profile's GPU preset (else --gpu) sizes the KV cache; a custom GPU is not used.
-        profiled = profiled_model(profile, gpu)
-        step_model, gpu_spec = profiled.step_model, profiled.gpu
-        tensor_parallel = profiled.tensor_parallel
-        options.update(model=profiled.shape.name, dtype=profiled.dtype, mode=step_model.mode)
-        model_label = f"{profiled.shape.name} from {profiled.description} ({step_model.mode})"
-        if not profiled.knee_found:
-            # F/B of the fitted model is not a knee the measurements showed: say which it is.
-            ridge_label = "fitted F/B = {:.0f} tokens (the profile found no knee)"
-    else:
-        step_model = mo.step_model_from_options(
-            model=model,
-            gpu=gpu_spec,
-            dtype=dtype,
-            tensor_parallel=tensor_parallel,
-            compute_efficiency=compute_efficiency,
-            bandwidth_efficiency=bandwidth_efficiency,
-            overhead_ms=overhead_ms,
-            mode=mode,
-        )
-    capacity = kv_capacity_blocks(
-        step_model,
-        gpu_spec,
-        gpu_memory_utilization=gpu_memory_utilization,
-        block_size=block_size,
-        tensor_parallel=tensor_parallel,
-    )
-    scheduler = SchedulerConfig(
-        budget_tokens=None,
-        kv_capacity_blocks=capacity,
-        max_num_seqs=max_num_seqs,
-        block_size=block_size,
-        block_aligned_chunks=block_aligned,
-        long_prefill_token_threshold=long_prefill_token_threshold,
-    )
-
-    def schedule_at(rate_per_s: float) -> Schedule:
-        # The first schedule as built (a time-scaled trace, a window) at its own rate; the
-        # goodput search's other rates rescale the trace or redraw the arrivals.
-        return first if rate_per_s == start_rate else traffic.at_rate(rate_per_s)
-
-    def run(on_probe: Callable[[Budget, RateProbe], None] | None = None) -> SimulateReport:
-        return run_simulate(
-            step_model=step_model,
-            scheduler=scheduler,
-            budgets=budget_list,
-            schedule_at=schedule_at,
-            rate_per_s=start_rate,
-            warmup_requests=warmup,
-            slo=slo,
-            on_probe=on_probe,
-            keep_detail=output is not None,
-        )
-
-    report = run() if slo is None else _with_progress(run)
+    prepared = prepare_simulation(request, warn=print_warning)
+    report = prepared.run() if prepared.slo is None else _with_progress(prepared.run)
     if output is not None:
-        _write(report, output, options, traffic, start_rate, targets, step_model, gpu_spec, trace)
+        write_simulation(
+            prepared,
+            report,
+            output,
+            command=("budgettune", *sys.argv[1:]),
+            recorded={"as_json": as_json},
+        )
     if as_json:
         print_json(report.to_json())
         return
+    step_model, start_rate = prepared.step_model, prepared.start_rate_per_s
     console.print(
-        f"{model_label}; {ridge_label.format(step_model.ridge_tokens)}; "
-        f"KV cache {capacity:,} blocks of {block_size} tokens",
+        f"{prepared.model_label}; {prepared.ridge_label.format(step_model.ridge_tokens)}; "
+        f"KV cache {prepared.capacity_blocks:,} blocks of {block_size} tokens",
         highlight=False,
     )
-    if traffic.report is None:
+    built = prepared.traffic
+    arrivals, seed = traffic.arrivals, traffic.seed
+    if built.report is None:
         console.print(
-            f"{len(first)} requests at {start_rate:g} req/s ({arrivals or 'poisson'}, seed "
-            f"{seed}); prompts {_spec(prompt_dist or to.DEFAULT_PROMPT_DIST)}; outputs "
-            f"{_spec(output_dist or DEFAULT_OUTPUT_DIST)}",
+            f"{len(built.schedule)} requests at {start_rate:g} req/s ({arrivals or 'poisson'}, "
+            f"seed {seed}); prompts {_spec(traffic.prompt_dist or DEFAULT_PROMPT_DIST)}; "
+            f"outputs {_spec(traffic.output_dist or DEFAULT_OUTPUT_DIST)}",
             highlight=False,
         )
     else:
         console.print(
-            f"trace {traffic.report.path}: {traffic.report.summary()}\n"
-            f"{traffic.description}, mean {start_rate:.3g} req/s"
+            f"trace {built.report.path}: {built.report.summary()}\n"
+            f"{built.description}, mean {start_rate:.3g} req/s"
             + (f", seed {seed}" if arrivals in ("poisson", "gamma") else ""),
             highlight=False,
         )
-    console.print(_table(report, slo, step_model.ridge_tokens))
+    console.print(_table(report, prepared.slo, step_model.ridge_tokens))
     if output is not None:
         console.print(f"results: {output / 'results.json'}; report: {output / 'report.html'}")
 
@@ -298,56 +194,13 @@ def _spec(text: str) -> str:
     return parse_length_dist(text).spec
 
 
-def _write(
-    report: SimulateReport,
-    folder: Path,
-    options: dict[str, Any],
-    traffic: to.Traffic,
-    rate_per_s: float,
-    slo: SLO,
-    step_model: StepModel,
-    gpu: GPU,
-    trace: Path | None,
-) -> None:
-    """results.json (kind "simulate") and report.html in ``folder``."""
-    from budgettune.app.simulate import simulate_results, write_simulate_outputs
-    from budgettune.core.hardware import resolve_model
-
-    # With --profile the shape came from the profile file (options["model"] is its name).
-    shape_name = options["model"] if options["profile"] else resolve_model(options["model"]).name
-    config = {
-        **options,
-        "traffic": traffic.description,
-        "rate_per_s": rate_per_s,
-        "requests_simulated": len(traffic.schedule),
-        "slo_tbt_s": slo.tbt_s,
-        "slo_ttft_s": slo.ttft_s,
-        "python_version": platform.python_version(),
-    }
-    hardware = {
-        "gpu": gpu.name,
-        "peak_tflops": gpu.peak_flops / 1e12,
-        "bandwidth_tbs": gpu.bandwidth_bytes_per_s / 1e12,
-        "memory_gb": gpu.memory_bytes / 1e9,
-        "model": shape_name,
-        "params": step_model.params,
-        "ridge_tokens": step_model.ridge_tokens,
-    }
-    results = simulate_results(
-        report,
-        config=config,
-        command=("budgettune", *sys.argv[1:]),
-        hardware=hardware,
-        trace=trace,
-    )
-    write_simulate_outputs(results, folder)
-
-
 def _with_progress(
     run: Callable[[Callable[[Budget, RateProbe], None]], SimulateReport],
 ) -> SimulateReport:
     """Run the goodput search under a progress display on stderr."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from budgettune.app.simulate import budget_label
 
     with Progress(
         SpinnerColumn(),
@@ -373,6 +226,8 @@ def _with_progress(
 def _table(report: SimulateReport, slo: SLO | None, ridge_tokens: float) -> Table:
     from rich import box
     from rich.table import Table
+
+    from budgettune.app.simulate import budget_label
 
     table = Table(
         title="Simulated latency per token budget (ms unless marked)",

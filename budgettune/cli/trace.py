@@ -4,30 +4,19 @@ summarise any trace (table and terminal histograms, or ``--json``)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from rich.table import Table
-from rich.text import Text
 
-from budgettune.app.trace import inspect_trace, synth_trace
+from budgettune.app.requests import DEFAULT_OUTPUT_DIST, DEFAULT_PROMPT_DIST
 from budgettune.cli import Command, app
+from budgettune.cli import _trace_options as to
 from budgettune.cli._common import console, console_err, print_json, print_warning
-from budgettune.cli._trace_options import (
-    BURSTINESS,
-    COLUMNS,
-    DEFAULT_OUTPUT_DIST,
-    DEFAULT_PROMPT_DIST,
-    DURATION,
-    FORMAT,
-    MAX_MODEL_LEN,
-    ON_LONG,
-    REQUESTS,
-    SEED,
-    STRICT,
-)
-from budgettune.core.units import parse_duration_s, parse_positive_float, parse_tokens
-from budgettune.trace.dists import parse_length_dist
-from budgettune.trace.inspect import Histogram, TraceStats
+
+if TYPE_CHECKING:  # the trace readers (numpy) load when a subcommand runs
+    from rich.table import Table
+
+    from budgettune.trace.inspect import Histogram, TraceStats
 
 trace_app = typer.Typer(
     name="trace",
@@ -51,31 +40,35 @@ def synth(
         DEFAULT_OUTPUT_DIST, "--output-dist", help="Output length distribution."
     ),
     rate: float = typer.Option(..., "--rate", help="Mean arrival rate, requests/s."),
-    requests: int | None = REQUESTS,
-    duration: str | None = DURATION,
+    requests: to.Requests = None,
+    duration: to.Duration = None,
     arrivals: str = typer.Option("poisson", "--arrivals", help="poisson | gamma."),
-    burstiness: float = BURSTINESS,
+    burstiness: to.Burstiness = to.DEFAULTS.burstiness,
     prefix_groups: int = typer.Option(
         0, "--prefix-groups", help="Requests share one of this many prefixes (0: none)."
     ),
     prefix_tokens: str = typer.Option(
         "0", "--prefix-tokens", help="Length of each shared prefix, tokens (e.g. 512 or 2k)."
     ),
-    seed: int = SEED,
+    seed: to.Seed = to.DEFAULTS.seed,
 ) -> None:
     """Write a seeded synthetic trace (Poisson or gamma arrivals, lengths from distributions)."""
+    from budgettune.app.trace import synth_trace
+    from budgettune.core.units import parse_duration_s, parse_positive_float, parse_tokens
+    from budgettune.trace.dists import parse_length_dist
+
     stats = synth_trace(
         output,
         prompt_dist=parse_length_dist(prompt_dist, field="prompt_dist"),
         output_dist=parse_length_dist(output_dist, field="output_dist"),
-        rate_per_s=parse_positive_float(rate, field="--rate"),
+        rate_per_s=parse_positive_float(rate, field="rate"),
         requests=requests,
-        duration_s=parse_duration_s(duration, field="--duration") if duration else None,
+        duration_s=parse_duration_s(duration, field="duration") if duration else None,
         seed=seed,
         arrivals=arrivals.strip().lower(),
-        burstiness=parse_positive_float(burstiness, field="--burstiness"),
+        burstiness=parse_positive_float(burstiness, field="burstiness"),
         prefix_groups=prefix_groups,
-        prefix_tokens=parse_tokens(prefix_tokens, field="--prefix-tokens"),
+        prefix_tokens=parse_tokens(prefix_tokens, field="prefix_tokens"),
     )
     if str(output) != "-":
         console_err.print(
@@ -92,19 +85,22 @@ def synth(
 def inspect(
     file: Path = typer.Argument(..., help="Trace file (format detected from content)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document, no tables."),
-    format: str | None = FORMAT,
-    columns: str | None = COLUMNS,
-    max_model_len: str | None = MAX_MODEL_LEN,
-    on_long: str = ON_LONG,
-    strict: bool = STRICT,
+    format: to.Format = None,
+    columns: to.Columns = None,
+    max_model_len: to.MaxModelLen = None,
+    on_long: to.OnLong = to.DEFAULTS.on_long,
+    strict: to.Strict = False,
 ) -> None:
     """Summarise a trace: size, rate, burstiness, length percentiles, histograms."""
+    from budgettune.app.trace import inspect_trace
+    from budgettune.core.units import parse_tokens
+
     stats, report = inspect_trace(
         file,
         format=format,
         columns=columns,
         max_model_len=(
-            parse_tokens(max_model_len, field="--max-model-len") if max_model_len else None
+            parse_tokens(max_model_len, field="max_model_len") if max_model_len else None
         ),
         on_long=on_long,
         strict=strict,
@@ -128,6 +124,8 @@ def _fmt(value: float | None, spec: str, unit: str = "") -> str:
 
 
 def _summary_table(stats: TraceStats) -> Table:
+    from rich.table import Table
+
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
@@ -154,6 +152,8 @@ def _num(value: float) -> str:
 
 
 def _lengths_table(stats: TraceStats) -> Table:
+    from rich.table import Table
+
     table = Table(box=None, pad_edge=False, header_style="bold")
     table.add_column("tokens", style="bold")
     for name in ("mean", "p50", "p90", "p99", "max"):
@@ -173,6 +173,9 @@ def _bar(fraction: float) -> str:
 
 
 def _histogram_table(title: str, histogram: Histogram) -> Table:
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(title=title, title_justify="left", show_header=False, box=None)
     table.add_column(justify="right")
     table.add_column(no_wrap=True)

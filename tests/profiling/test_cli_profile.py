@@ -138,7 +138,7 @@ def test_max_tokens_beyond_a_config_json_max_length(
 def test_analytic_needs_a_preset_without_a_gpu(budgettune_cmd: list[str], tmp_path: Path) -> None:
     result = _run(budgettune_cmd, "--engine", "analytic", "--model", "llama-3.1-8b", cwd=tmp_path)
     assert result.returncode == 2
-    assert "--gpu: 'auto' found no GPU preset" in _one_error_line(result.stderr)
+    assert "--gpu-name: 'auto' found no GPU preset" in _one_error_line(result.stderr)
 
 
 def test_probe_timeout_midway_saves_the_partial_profile(

@@ -1,5 +1,6 @@
 """The shared traffic options work in any typer command: a command declared here with the
-module's constants turns command-line values into a schedule through traffic_from_options."""
+group of them (one TrafficRequest parameter) turns command-line values into a schedule through
+build_traffic."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ import numpy as np
 import typer
 from typer.testing import CliRunner
 
+from budgettune.app.requests import TrafficRequest
+from budgettune.app.traffic import build_traffic
 from budgettune.cli import _trace_options as opt
+from budgettune.cli._groups import with_groups
 from budgettune.trace.load import load_trace
 from budgettune.trace.schema import Trace, TraceRequest
 
@@ -18,33 +22,17 @@ demo = typer.Typer()
 
 
 @demo.command()
-def run(
-    trace: Path | None = opt.TRACE,
-    format: str | None = opt.FORMAT,
-    columns: str | None = opt.COLUMNS,
-    arrivals: str | None = opt.ARRIVALS,
-    rate: float | None = opt.RATE,
-    burstiness: float = opt.BURSTINESS,
-    time_scale: float = opt.TIME_SCALE,
-    window: str | None = opt.WINDOW,
-    requests: int | None = opt.REQUESTS,
-    duration: str | None = opt.DURATION,
-    max_model_len: str | None = opt.MAX_MODEL_LEN,
-    on_long: str = opt.ON_LONG,
-    strict: bool = opt.STRICT,
-    seed: int = opt.SEED,
-    prompt_dist: str | None = opt.PROMPT_DIST,
-    output_dist: str | None = opt.OUTPUT_DIST,
-) -> None:
-    traffic = opt.traffic_from_options(**locals())
-    schedule = traffic.schedule
+@with_groups(traffic=opt.TRAFFIC)
+def run(traffic: TrafficRequest = opt.DEFAULTS) -> None:
+    built = build_traffic(traffic)
+    schedule = built.schedule
     print(
         json.dumps(
             {
                 "n": len(schedule),
                 "t": schedule.target_s.tolist(),
                 "p": schedule.prompt_tokens.tolist(),
-                "desc": traffic.description,
+                "desc": built.description,
             }
         )
     )

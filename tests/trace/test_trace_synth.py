@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from budgettune.app.requests import TrafficRequest
+from budgettune.app.traffic import Traffic, build_traffic
 from budgettune.cli import app
-from budgettune.cli._trace_options import traffic_from_options
 from budgettune.core.errors import SpecError
 from budgettune.trace.dists import parse_length_dist
 from budgettune.trace.load import load_trace
@@ -96,6 +98,15 @@ def test_synth_errors() -> None:
     assert "--burstiness: applies to --arrivals gamma only, not poisson" in result.output
 
 
+def traffic_from_options(
+    *, default_requests: int | None = None, on_warning: Any = None, **options: Any
+) -> Traffic:
+    """The traffic the options ask for, as a command builds it (request -> build_traffic)."""
+    return build_traffic(
+        TrafficRequest(**options), default_requests=default_requests, on_warning=on_warning
+    )
+
+
 def test_traffic_from_a_trace_with_options(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     path.write_text(
@@ -132,12 +143,12 @@ def test_traffic_without_a_trace_is_synthetic() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"requests": 10}, "--rate: required for synthetic traffic"),
-        ({"rate": 1.0, "requests": 5, "window": "0:5"}, "--window: applies to --trace only"),
+        ({"requests": 10}, "rate: required for synthetic traffic"),
+        ({"rate": 1.0, "requests": 5, "window": "0:5"}, "window: applies to --trace only"),
         ({"rate": 1.0, "requests": 5, "arrivals": "recorded"}, "needs --trace"),
-        ({"rate": 1.0, "requests": 5, "strict": True}, "--strict: applies to --trace only"),
-        ({"rate": -1.0, "requests": 5}, "--rate: must be a positive number"),
-        ({"rate": 1.0, "duration": "soon"}, "--duration"),
+        ({"rate": 1.0, "requests": 5, "strict": True}, "strict: applies to --trace only"),
+        ({"rate": -1.0, "requests": 5}, "rate: must be a positive number"),
+        ({"rate": 1.0, "duration": "soon"}, "duration"),
         ({"rate": 1.0, "requests": 5, "prompt_dist": "normal:1"}, "prompt_dist: unknown distrib"),
     ],
 )
@@ -149,9 +160,9 @@ def test_traffic_option_errors(kwargs: dict[str, object], message: str) -> None:
 def test_traffic_option_errors_with_a_trace(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     path.write_text('{"prompt_tokens": 5, "output_tokens": 6}\n')
-    with pytest.raises(SpecError, match="--prompt-dist/--output-dist: not with --trace"):
+    with pytest.raises(SpecError, match="prompt_dist: not with --trace"):
         traffic_from_options(trace=path, rate=1.0, prompt_dist="fixed:5")
-    with pytest.raises(SpecError, match="--max-model-len"):
+    with pytest.raises(SpecError, match="max_model_len"):
         traffic_from_options(trace=path, rate=1.0, max_model_len="lots")
 
 

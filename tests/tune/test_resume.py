@@ -3,6 +3,7 @@ against them (the same question written differently passes; a different one is r
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -84,3 +85,27 @@ def test_a_sweep_json_of_another_schema_is_refused(
     with pytest.raises(UserError) as caught:
         read_saved_options(tmp_path)
     assert str(caught.value) == f"{tmp_path / 'sweep.json'}: {message}"
+
+
+def test_the_request_is_what_is_saved_and_restored(tmp_path: Path) -> None:
+    """sweep.json saves the SweepRequest as flat option names (the layout every sweep.json has
+    used) and --resume restores the same request from them, groups and paths included."""
+    from budgettune.app.requests import LaunchRequest, SweepRequest, TrafficRequest
+
+    request = SweepRequest(
+        slo_tbt="46ms", slo_ttft="1s", percentile=90.0, engine="sim", url=None, model=None,
+        gpu="h200", profile=Path("p.json"), launch=LaunchRequest(env=("A=1",), max_num_seqs=64),
+        traffic=TrafficRequest(trace=tmp_path / "t.jsonl", rate=4.0), budgets="512,1024",
+        align=256, goodput=False, baseline="auto", exhaustive=True, warmup=2,
+        request_timeout="300s", max_error_rate=0.5, output=tmp_path / "run",
+    )  # fmt: skip
+    run_dir = saved_folder(tmp_path, request.options())
+    saved = read_saved_options(run_dir)
+    assert (
+        saved is not None
+        and saved["env"] == ["A=1"]
+        and saved["trace"] == str(tmp_path / "t.jsonl")
+    )
+    blank = {name: None for name in saved}
+    restored = restore_options(run_dir, saved, {**blank, "output": None}, set(), FLAGS)
+    assert SweepRequest.from_options(restored) == dataclasses.replace(request, output=None)

@@ -1,0 +1,108 @@
+"""Which engine to run and how to launch it: ``--engine auto``'s choice, and the LaunchSpec
+built from a :class:`LaunchRequest` (the budget and log path are set per launch)."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+
+from budgettune.app.requests import LaunchRequest
+from budgettune.core.errors import SpecError
+from budgettune.core.units import parse_duration_s
+from budgettune.engines.base import LaunchSpec
+
+REAL_ENGINE_HEALTH_S = 20 * 60.0  # vLLM and SGLang load weights and compile: allow 20 minutes
+SIM_HEALTH_S = 120.0
+
+
+def parse_env(items: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """KEY=VALUE pairs; an item without '=' or with an empty key is an error naming it."""
+    env: dict[str, str] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise SpecError(f"expected KEY=VALUE, got {item!r}", field="env")
+        env[key.strip()] = value
+    return env
+
+
+def launch_spec(
+    launch: LaunchRequest,
+    *,
+    engine: str,
+    model: str | None,
+    gpu: str | None,
+    url: str | None,
+    max_model_len_tokens: int | None,
+) -> LaunchSpec:
+    """Validate the launch options into a LaunchSpec for ``engine``."""
+    if launch.prefix_caching not in ("on", "off"):
+        raise SpecError(f"use on or off, got {launch.prefix_caching!r}", field="prefix_caching")
+    share = launch.gpu_memory_utilization
+    if share is not None and not 0 < share <= 1:
+        raise SpecError(f"must be in (0, 1], got {share!r}", field="gpu_memory_utilization")
+    extra: list[str] = []
+    for item in launch.engine_arg:
+        extra += shlex.split(item)
+    command = tuple(shlex.split(launch.engine_cmd)) if launch.engine_cmd else None
+    if launch.engine_cmd is not None and not command:
+        raise SpecError("empty command", field="engine_cmd")
+    default_health_s = SIM_HEALTH_S if engine == "sim" else REAL_ENGINE_HEALTH_S
+    health_s = (
+        parse_duration_s(launch.health_timeout, field="health_timeout")
+        if launch.health_timeout
+        else default_health_s
+    )
+    return LaunchSpec(
+        max_num_seqs=launch.max_num_seqs,
+        model=model,
+        gpu=gpu if engine == "sim" else None,
+        max_model_len=max_model_len_tokens,
+        extra_args=tuple(extra),
+        env=parse_env(launch.env),
+        engine_cmd=command,
+        health_timeout_s=health_s,
+        url=url,
+        dtype=launch.dtype,
+        tensor_parallel_size=launch.tensor_parallel_size,
+        gpu_memory_utilization=share,
+        prefix_caching=launch.prefix_caching == "on",
+    )
+
+
+def resolve_engine(engine: str, url: str | None, engine_cmd: str | None) -> tuple[str, str]:
+    """The engine to use and a one-line reason. ``auto`` picks vLLM when it is installed and a
+    GPU is visible, else the built-in simulated engine; a URL means the external engine.
+    Raises SpecError for an engine no one knows."""
+    from budgettune.engines.registry import engine_names
+
+    name = engine.strip().lower()
+    if url is not None:
+        if name not in ("auto", "external"):
+            raise SpecError(f"measures a running server; drop --engine {engine}", field="url")
+        return "external", f"measuring the server at {url} (nothing launched)"
+    if name == "auto":
+        vllm = engine_cmd is not None or shutil.which("vllm") is not None
+        gpu = _gpu_visible()
+        if vllm and gpu:
+            return "vllm", "engine auto: vLLM is installed and a GPU is visible, so using vllm"
+        why = "vLLM is not installed" if not vllm else "no GPU is visible (nvidia-smi)"
+        return "sim", f"engine auto: {why}, so using the built-in simulated engine (sim)"
+    if name not in engine_names():
+        raise SpecError(
+            f"unknown engine {engine!r}; known: auto, {', '.join(engine_names())}",
+            field="engine",
+        )
+    return name, f"engine {name} (as asked)"
+
+
+def _gpu_visible() -> bool:
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return False
+    try:
+        listed = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return listed.returncode == 0 and "GPU" in listed.stdout

@@ -1,0 +1,181 @@
+"""From a :class:`~budgettune.app.requests.ReplayRequest` to the :class:`ReplayConfig` one replay
+runs: which engine (``--engine auto``), the budget, the traffic, the launch spec, the load
+generator's options, the hardware facts and the configuration results.json records, and the
+SLOs to judge the run by. Printing is the caller's (``say``, ``warn``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import math
+import platform
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from budgettune.app.launch import launch_spec, resolve_engine
+from budgettune.app.replay import ReplayConfig
+from budgettune.app.requests import DEFAULT_GPU, DEFAULT_MODEL, ReplayRequest
+from budgettune.app.simulate import file_sha256, parse_budgets
+from budgettune.app.traffic import Traffic, build_traffic, max_model_len_tokens
+from budgettune.core.errors import SpecError
+from budgettune.core.hardware import resolve_gpu, resolve_model
+from budgettune.core.slo import SLO
+from budgettune.core.units import parse_duration_s
+from budgettune.loadgen.runner import MERGED_MODES, RunOptions
+
+DEFAULT_REQUESTS = 200  # synthetic traffic without --requests
+
+
+@dataclass(slots=True, frozen=True)
+class PreparedReplay:
+    """What the replay runs (its config and traffic) and the SLOs to judge it by (None: none
+    given)."""
+
+    config: ReplayConfig
+    traffic: Traffic
+    slo: SLO | None
+
+
+def prepare_replay(
+    request: ReplayRequest,
+    *,
+    command: Sequence[str],
+    say: Callable[[str], None],
+    warn: Callable[[str], None],
+) -> PreparedReplay:
+    """Validate ``request`` and decide everything one replay needs. Raises UserError
+    subclasses naming the field."""
+    slo_tbt_s = (
+        None if request.slo_tbt is None else parse_duration_s(request.slo_tbt, field="slo_tbt")
+    )
+    slo_ttft_s = (
+        None if request.slo_ttft is None else parse_duration_s(request.slo_ttft, field="slo_ttft")
+    )
+    slo = judged_slo(slo_tbt_s, slo_ttft_s, request.percentile)
+    if request.merged_chunks not in MERGED_MODES:
+        raise SpecError(
+            f"unknown mode {request.merged_chunks!r}; use spread or first", field="merged_chunks"
+        )
+    launch, url, model, gpu = request.launch, request.url, request.model, request.gpu
+    engine, why = resolve_engine(request.engine, url, launch.engine_cmd)
+    if request.engine.strip().lower() == "auto" and url is None:
+        say(why)
+    if engine == "external":
+        for field, value in (("budget", request.budget), ("port", request.port), ("model", model)):
+            if value is not None:
+                raise SpecError("not with --url (the server is already configured)", field=field)
+    elif engine != "sim" and not model:
+        raise SpecError(f"the {engine} engine needs a model (a folder or an id)", field="model")
+    budget_tokens: int | None = None  # None with chunked: the engine's default budget
+    chunked = True
+    if request.budget is not None:
+        budgets = parse_budgets(request.budget, field="budget")
+        if len(budgets) != 1:
+            raise SpecError(
+                f"one budget per replay, got {request.budget!r} (see `sweep`)", field="budget"
+            )
+        budget_tokens = budgets[0]
+        chunked = budget_tokens is not None
+    traffic_request = request.traffic
+    traffic = build_traffic(traffic_request, default_requests=DEFAULT_REQUESTS, on_warning=warn)
+    if request.warmup >= len(traffic.schedule):
+        raise SpecError(
+            f"{request.warmup} leaves none of {len(traffic.schedule)} requests", field="warmup"
+        )
+    out_dir = request.output or Path("reports") / _dt.datetime.now().strftime(
+        "replay-%Y%m%d-%H%M%S"
+    )
+    label = "default" if request.budget is None else str(budget_tokens or "none")
+    base = launch_spec(
+        launch,
+        engine=engine,
+        model=model,
+        gpu=gpu,
+        url=url,
+        max_model_len_tokens=max_model_len_tokens(traffic_request),
+    )
+    spec = dataclasses.replace(
+        base,
+        budget_tokens=budget_tokens,
+        chunked_prefill=chunked,
+        port=request.port,
+        log_path=None if engine == "external" else out_dir / f"engine-{label}.log",
+    )
+    run = RunOptions(
+        merged_chunks=request.merged_chunks,
+        max_error_rate=request.max_error_rate,
+        request_timeout_s=parse_duration_s(request.request_timeout, field="request_timeout"),
+        seed=traffic_request.seed,
+        warmup_requests=request.warmup,
+    )
+    t = traffic_request
+    config = ReplayConfig(
+        engine=engine,
+        spec=spec,
+        run=run,
+        traffic=traffic.description,
+        output_dir=out_dir,
+        write_report=True,
+        command=tuple(command),
+        config=dict(
+            engine=engine, url=url, budget=budget_tokens, chunked_prefill=chunked,
+            max_num_seqs=launch.max_num_seqs, model=model, gpu=gpu, engine_cmd=launch.engine_cmd,
+            env=list(launch.env), engine_args=list(spec.extra_args), dtype=launch.dtype,
+            tensor_parallel_size=launch.tensor_parallel_size,
+            gpu_memory_utilization=launch.gpu_memory_utilization,
+            prefix_caching=launch.prefix_caching, health_timeout_s=spec.health_timeout_s,
+            trace=str(t.trace) if t.trace else None, format=t.format, arrivals=t.arrivals,
+            rate=t.rate, burstiness=t.burstiness, time_scale=t.time_scale, window=t.window,
+            requests=t.requests, duration=t.duration, max_model_len=t.max_model_len,
+            on_long=t.on_long, seed=t.seed, prompt_dist=t.prompt_dist,
+            output_dist=t.output_dist, warmup=request.warmup,
+            merged_chunks=request.merged_chunks, max_error_rate=request.max_error_rate,
+            request_timeout=request.request_timeout, slo_tbt_s=slo_tbt_s,
+            slo_ttft_s=slo_ttft_s, percentile=request.percentile,
+            python_version=platform.python_version(),
+            trace_sha256=file_sha256(t.trace) if t.trace else None,
+        ),
+        hardware=hardware_facts(engine, model, gpu),
+        rate_per_s=t.rate,
+    )  # fmt: skip
+    return PreparedReplay(config, traffic, slo)
+
+
+def judged_slo(tbt_s: float | None, ttft_s: float | None, percentile: float) -> SLO | None:
+    """The SLOs to judge by, when at least one was given. ``SLO`` needs both targets: the one
+    not given is set to infinity, so it never fails."""
+    if tbt_s is None and ttft_s is None:
+        return None
+    return SLO(
+        tbt_s=math.inf if tbt_s is None else tbt_s,
+        ttft_s=math.inf if ttft_s is None else ttft_s,
+        percentile=percentile,
+    )
+
+
+def hardware_facts(engine: str, model: str | None, gpu: str | None) -> dict[str, Any] | None:
+    """GPU and model facts known from the request (the sim engine's defaults when unset), for
+    results.json; an external server's hardware is unknown."""
+    if engine == "external":
+        return None
+    if engine == "sim":
+        model, gpu = model or DEFAULT_MODEL, gpu or DEFAULT_GPU
+    facts: dict[str, Any] = {}
+    if gpu is not None:
+        card = resolve_gpu(gpu)
+        facts.update(
+            gpu=card.name,
+            peak_tflops=card.peak_flops / 1e12,
+            bandwidth_tbs=card.bandwidth_bytes_per_s / 1e12,
+            memory_gb=card.memory_bytes / 1e9,
+        )
+    if model is not None:
+        facts["model"] = model
+        try:
+            shape = resolve_model(model)
+            facts.update(model=shape.name, params=shape.params)
+        except SpecError:
+            pass  # a hub name the engine resolves itself: keep the name only
+    return facts or None

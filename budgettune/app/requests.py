@@ -1,0 +1,259 @@
+"""What each command asks, as the user gave it: one frozen request object per command, built by
+the CLI from its options and handed to one application call. Values keep the options' text
+(``"50ms"``, ``"2k"``); the application validates them, naming the field on error.
+
+Light on purpose (no numpy, no engines): the CLI imports this module to describe its options
+and their defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from budgettune.model.stepmodel import (
+    DEFAULT_BANDWIDTH_EFFICIENCY,
+    DEFAULT_COMPUTE_EFFICIENCY,
+    DEFAULT_OVERHEAD_S,
+)
+
+DEFAULT_MODEL = "llama-3.1-8b"  # the model preset predictions and the sim engine use by default
+DEFAULT_GPU = "h100-sxm"  # the GPU preset likewise
+DEFAULT_PROMPT_DIST = "lognormal:mean=1000,sigma=1.0,max=8192"
+DEFAULT_OUTPUT_DIST = "lognormal:mean=250,sigma=1.0,max=2048"
+# simulate's own synthetic traffic (since issue 2) and budgets
+SIMULATE_RATE_PER_S = 16.0
+SIMULATE_REQUESTS = 2000
+SIMULATE_OUTPUT_DIST = "lognormal:mean=250,sigma=1.0,max=4096"
+SIMULATE_BUDGETS = "256,512,1024,2048,8192,none"
+
+
+@dataclass(slots=True, frozen=True)
+class TrafficRequest:
+    """What to send: a trace to replay (``trace`` and the options that read and re-time it) or
+    synthetic Poisson/gamma traffic (``rate`` and the two length distributions)."""
+
+    trace: Path | None = None
+    format: str | None = None
+    columns: str | None = None
+    arrivals: str | None = None
+    rate: float | None = None
+    burstiness: float = 1.0
+    time_scale: float = 1.0
+    window: str | None = None
+    requests: int | None = None
+    duration: str | None = None
+    max_model_len: str | None = None
+    on_long: str = "error"
+    strict: bool = False
+    seed: int = 0
+    prompt_dist: str | None = None
+    output_dist: str | None = None
+
+    @property
+    def synthetic(self) -> bool:
+        return self.trace is None
+
+
+@dataclass(slots=True, frozen=True)
+class ModelRequest:
+    """The analytic step-time model: a model and a GPU preset (or a custom GPU from the three
+    figures), the dtype and tensor parallelism, and the roofline's efficiencies (the defaults
+    :mod:`budgettune.model.stepmodel` states)."""
+
+    model: str = DEFAULT_MODEL
+    gpu: str = DEFAULT_GPU
+    peak_tflops: float | None = None
+    bandwidth_tbs: float | None = None
+    memory_gb: float | None = None
+    dtype: str = "bfloat16"
+    tensor_parallel: int = 1
+    compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY
+    bandwidth_efficiency: float = DEFAULT_BANDWIDTH_EFFICIENCY
+    overhead_ms: float = DEFAULT_OVERHEAD_S * 1e3
+    mode: str = "overlapped"
+
+
+@dataclass(slots=True, frozen=True)
+class RooflineRequest:
+    """``budgettune roofline``: one iteration (``prefill`` chunks as ``N`` or ``N@OFFSET`` and
+    ``decodes`` at ``context``), or a ``prompt`` prefilled at each of ``chunk_sizes``."""
+
+    model: ModelRequest
+    prefill: tuple[str, ...]
+    decodes: int
+    context: int
+    prompt: int | None
+    chunk_sizes: str
+
+
+@dataclass(slots=True, frozen=True)
+class LaunchRequest:
+    """How to launch the engine, beyond which engine, model and GPU: the options ``sweep`` and
+    ``replay`` share."""
+
+    max_num_seqs: int = 256
+    engine_cmd: str | None = None
+    env: tuple[str, ...] = ()
+    engine_arg: tuple[str, ...] = ()
+    dtype: str | None = None
+    tensor_parallel_size: int | None = None
+    gpu_memory_utilization: float | None = None
+    prefix_caching: str = "off"
+    health_timeout: str | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class ReplayRequest:
+    """``budgettune replay``: one engine (launched for one budget, or ``url``), the traffic,
+    the load generator's settings, and optional SLOs to judge the run by."""
+
+    engine: str
+    url: str | None
+    budget: str | None
+    model: str | None
+    gpu: str | None
+    port: int | None
+    launch: LaunchRequest
+    traffic: TrafficRequest
+    warmup: int
+    merged_chunks: str
+    max_error_rate: float | None
+    request_timeout: str
+    output: Path | None
+    slo_tbt: str | None
+    slo_ttft: str | None
+    percentile: float
+
+
+@dataclass(slots=True, frozen=True)
+class SimulateRequest:
+    """``budgettune simulate``: the step-time model (presets, or a calibrated ``profile``),
+    the budgets to compare, the traffic, the simulated engine's limits, and the SLOs for
+    ``goodput`` and the report; ``output`` a folder for results.json and report.html."""
+
+    model: ModelRequest
+    profile: Path | None
+    budgets: str
+    traffic: TrafficRequest
+    max_num_seqs: int
+    gpu_memory_utilization: float
+    block_size: int
+    block_aligned: bool
+    long_prefill_token_threshold: int
+    warmup: int
+    goodput: bool
+    slo_tbt: str
+    slo_ttft: str
+    output: Path | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class ProfileRequest:
+    """``budgettune profile``: what to measure (``model`` through ``engine``, or the presets
+    with ``analytic``), the probes, the analytic/sim model's figures, how to launch the engine,
+    and where to write (``output``, with ``compare`` drawn beside it in the report)."""
+
+    model: str
+    engine: str
+    gpu_name: str
+    max_tokens: str
+    repeats: int
+    output: Path | None
+    max_batch: int
+    contexts: str
+    dtype: str
+    device: str
+    threads: int | None
+    typical_batch: int
+    typical_context: int
+    probe_timeout: str
+    seed: int
+    compute_efficiency: float
+    bandwidth_efficiency: float
+    overhead_ms: float
+    mode: str
+    tensor_parallel: int
+    engine_arg: tuple[str, ...]
+    engine_cmd: str | None
+    env: tuple[str, ...]
+    health_timeout: str | None
+    compare: tuple[Path, ...]
+
+
+_PATHS = frozenset({"trace", "profile", "output", "resume"})
+# The option groups a request may hold, by the name of their type (a field's annotation).
+_GROUPS = {kind.__name__: kind for kind in (LaunchRequest, TrafficRequest, ModelRequest)}
+
+
+def flat_options(request: Any) -> dict[str, Any]:
+    """Every option of a request by its name, flat (a group's fields beside the command's
+    own), JSON-ready but for paths: what sweep.json and results.json record."""
+    flat: dict[str, Any] = {}
+    for field in fields(request):
+        value = getattr(request, field.name)
+        if field.type in _GROUPS:
+            for inner in fields(value):
+                flat[inner.name] = _plain(getattr(value, inner.name))
+        else:
+            flat[field.name] = _plain(value)
+    return flat
+
+
+@dataclass(slots=True, frozen=True)
+class SweepRequest:
+    """``budgettune sweep``: the SLOs, the engine, the traffic and the search, as given.
+    ``profile`` is a path or the word ``analytic``; ``resume`` a run folder to continue."""
+
+    slo_tbt: str | None
+    slo_ttft: str
+    percentile: float
+    engine: str
+    url: str | None
+    model: str | None
+    gpu: str | None
+    profile: Path | None
+    launch: LaunchRequest
+    traffic: TrafficRequest
+    budgets: str | None
+    align: int
+    goodput: bool
+    baseline: str
+    exhaustive: bool
+    warmup: int
+    request_timeout: str
+    max_error_rate: float | None
+    output: Path | None = None
+    resume: Path | None = None
+
+    def options(self) -> dict[str, Any]:
+        """Every option by its name, flat (the groups' fields beside the sweep's own), as
+        sweep.json saves them for ``--resume``; lists for JSON, paths kept as paths."""
+        return flat_options(self)
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> SweepRequest:
+        """The request from :meth:`options`' flat names (a saved sweep's, restored); names it
+        does not know are ignored, paths and lists come back as Path and tuple."""
+        values = {name: _typed(name, value) for name, value in options.items()}
+        own: dict[str, Any] = {}
+        for field in fields(cls):
+            kind = _GROUPS.get(str(field.type))
+            if kind is not None:
+                inner = {f.name: values[f.name] for f in fields(kind) if f.name in values}
+                own[field.name] = kind(**inner)
+            elif field.name in values:
+                own[field.name] = values[field.name]
+        return cls(**own)
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _typed(name: str, value: Any) -> Any:
+    if name in _PATHS and value is not None and not isinstance(value, Path):
+        return Path(value)
+    return tuple(value) if isinstance(value, list) else value

@@ -1,0 +1,397 @@
+"""From a :class:`~budgettune.app.requests.SweepRequest` to the :class:`SweepConfig` the sweep
+runs: the policy of ``budgettune sweep`` in one place. Which engine (``--engine auto``), the
+measure-first rule (vLLM and SGLang without a profile run the profile step first), the reference
+budget (the engine's default on the GPU, detected when not named), the step-time model and the
+words that say where it came from, the predictions' KV cache, the settings sweep.json records,
+and ``--resume``'s restored request.
+
+Printing is the caller's: it passes ``say`` (one line for the user) and ``profile_step`` (runs
+the profile step, with whatever progress display it likes)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import platform
+import shlex
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from budgettune.app.launch import launch_spec, resolve_engine
+from budgettune.app.requests import DEFAULT_GPU, DEFAULT_MODEL, ModelRequest, SweepRequest
+from budgettune.app.traffic import Traffic, build_traffic, max_model_len_tokens
+from budgettune.artifacts.sweep_options import (
+    OPTIONS_KEY,
+    read_saved_options,
+    restore_options,
+    saved_options,
+)
+from budgettune.core.engine_defaults import default_budget_on
+from budgettune.core.errors import SpecError
+from budgettune.core.hardware import GPU, resolve_gpu
+from budgettune.core.units import parse_duration_s, parse_int_list
+from budgettune.loadgen.runner import RunOptions
+from budgettune.model.stepmodel import StepModel
+from budgettune.sim.kvcache import kv_capacity_blocks
+from budgettune.sim.scheduler import SchedulerConfig
+from budgettune.tune.sweep_config import SweepConfig
+
+if TYPE_CHECKING:
+    from budgettune.app.profile import ProfileConfig, ProfileOutcome
+    from budgettune.tune.gpu import DetectedGPU
+    from budgettune.tune.point import Point
+
+DEFAULT_RATE_PER_S = 8.0  # synthetic traffic without --rate
+DEFAULT_REQUESTS = 240  # synthetic traffic without --requests
+ANALYTIC = "analytic"  # profile "analytic": the presets' roofline, no profile step
+REAL_ENGINES = ("vllm", "sglang")
+
+
+@dataclass(slots=True, frozen=True)
+class PreparedSweep:
+    """What the sweep runs: its config, the traffic (its schedule, and at other rates for
+    ``--goodput``), and the budgets a resumed run folder already measured."""
+
+    config: SweepConfig
+    traffic: Traffic
+    finished: Sequence[Point]
+
+
+def resumed_request(
+    request: SweepRequest, given: Collection[str], flags: Mapping[str, str]
+) -> SweepRequest:
+    """``request`` with every option not in ``given`` (typed on the command line) taken from
+    the sweep saved in ``request.resume``; the given ones must ask the same question (UserError
+    naming each that differs, shown with ``flags``). A sweep saved before its options were is
+    continued with the request as given."""
+    assert request.resume is not None
+    saved = read_saved_options(request.resume)
+    if saved is None:
+        return request
+    restored = restore_options(request.resume, saved, request.options(), set(given), flags)
+    return SweepRequest.from_options(restored)
+
+
+def prepare_sweep(
+    request: SweepRequest,
+    *,
+    command: Sequence[str],
+    say: Callable[[str], None],
+    warn: Callable[[str], None],
+    profile_step: Callable[[ProfileConfig], ProfileOutcome],
+) -> PreparedSweep:
+    """Validate ``request`` and decide everything the sweep needs; opens (or, resuming, checks)
+    the run folder, and runs the profile step first where the measure-first rule asks. Raises
+    UserError subclasses naming the field, before any run folder exists for a mistake."""
+    resume = request.resume
+    if request.slo_tbt is None:
+        raise SpecError(
+            "required (the p99 time-between-tokens target, e.g. 50ms)",
+            field="slo_tbt",
+            hint=None if resume is None else f"{resume} saved no options; give them again",
+        )
+    slo_tbt_s = parse_duration_s(request.slo_tbt, field="slo_tbt")
+    slo_ttft_s = parse_duration_s(request.slo_ttft, field="slo_ttft")
+    if not 50 <= request.percentile < 100:
+        raise SpecError(f"must be in [50, 100), got {request.percentile:g}", field="percentile")
+    if request.align <= 0 or request.align % 16:
+        raise SpecError(
+            f"must be a positive multiple of the KV block size 16, got {request.align}",
+            field="align",
+        )
+    if request.output is not None and resume is not None and request.output != resume:
+        raise SpecError("names another folder than --output; give one of them", field="resume")
+    url, launch = request.url, request.launch
+    engine, why = resolve_engine(request.engine, url, launch.engine_cmd)
+    if resume is not None and engine != "external":
+        why = f"engine {engine} (as the sweep in {resume} ran)"
+    if engine == "external" and url is None:
+        raise SpecError("the external engine needs the server's URL", field="url")
+    model, gpu = request.model, request.gpu
+    if engine == "sim":
+        model, gpu = model or DEFAULT_MODEL, gpu or DEFAULT_GPU
+    if engine in REAL_ENGINES and not model:
+        raise SpecError(f"the {engine} engine needs a model (a folder or an id)", field="model")
+    detected = None
+    if engine in REAL_ENGINES and gpu is None:
+        from budgettune.tune.gpu import detect_gpu
+
+        detected = detect_gpu()  # for the engine's default budget and the step-time model
+    gpu_card = resolve_gpu(gpu) if gpu else detected.preset if detected else None
+    profile = request.profile
+    analytic = profile is not None and str(profile) == ANALYTIC
+    measure_first = profile is None and engine in REAL_ENGINES
+    run_dir = (
+        resume
+        or request.output
+        or Path("reports") / _dt.datetime.now().strftime("sweep-%Y%m%d-%H%M%S")
+    )
+    traffic_request = request.traffic
+    synthetic = traffic_request.trace is None and traffic_request.rate is None
+    if synthetic:
+        traffic_request = replace(traffic_request, rate=DEFAULT_RATE_PER_S)
+    traffic = build_traffic(traffic_request, default_requests=DEFAULT_REQUESTS, on_warning=warn)
+    schedule = traffic.schedule
+    if request.warmup >= len(schedule):
+        raise SpecError(f"{request.warmup} leaves none of {len(schedule)} requests", field="warmup")
+    if profile is not None and not analytic and engine == "sim":
+        # the engine runs the predictions' model
+        flag = shlex.join(["--profile", str(profile.resolve())])
+        launch = replace(launch, engine_arg=(*launch.engine_arg, flag))
+    spec = launch_spec(
+        launch,
+        engine=engine,
+        model=model,
+        gpu=gpu,
+        url=url,
+        max_model_len_tokens=max_model_len_tokens(traffic_request),
+    )
+    default_budget = reference_budget(request.baseline, engine, gpu_card, detected)
+    candidate_budgets = (
+        tuple(parse_int_list(request.budgets, field="budgets")) if request.budgets else None
+    )
+    profiling = None
+    step_model: StepModel | None = None
+    model_source = ""
+    if measure_first:
+        from budgettune.app.sweep import profile_config
+
+        assert model is not None  # checked above for vllm and sglang
+        profiling = profile_config(
+            run_dir, engine=engine, model=model, gpu=gpu, max_num_seqs=spec.max_num_seqs or 256,
+            budgets=candidate_budgets, reference_budget=default_budget,
+            seed=traffic_request.seed, dtype=spec.dtype,
+            tensor_parallel=spec.tensor_parallel_size,
+            gpu_memory_utilization=spec.gpu_memory_utilization, engine_args=spec.extra_args,
+            engine_cmd=spec.engine_cmd, engine_env=dict(spec.env),
+            health_timeout_s=spec.health_timeout_s,
+        )  # fmt: skip
+    else:
+        step_model, model_source = analytic_or_given_model(
+            profile, model, gpu_card.name if gpu_card else None, engine
+        )
+        if detected is not None and detected.name and detected.preset is None:
+            model_source += (
+                f"; no GPU preset matches {detected.name}, so {DEFAULT_GPU}'s figures are used "
+                "(--gpu names another)"
+            )
+    settings = _settings(
+        request, engine, traffic, run_dir, measure_first, synthetic, default_budget,
+        spec.extra_args, traffic_request.rate,
+    )  # fmt: skip
+    say(why)
+    if detected is not None:
+        say(detected_line(detected, engine, request.baseline, default_budget))
+    from budgettune.app.sweep import PROFILE_FILE, open_run
+
+    finished = open_run(run_dir, settings, resume=resume is not None)
+    if resume is not None:
+        say(f"resuming {run_dir}: {len(finished)} budget(s) already measured")
+    if profiling is not None:
+        step_model, model_source = _measure_first(profiling, run_dir, say, profile_step)
+        gpu_card = gpu_card or _profile_gpu(run_dir / PROFILE_FILE)
+    assert step_model is not None
+    say(f"step-time model: {model_source}")
+    say(f"traffic: {traffic.description}")
+    config = SweepConfig(
+        slo_tbt_s=slo_tbt_s,
+        slo_ttft_s=slo_ttft_s,
+        percentile=request.percentile,
+        engine=engine,
+        base_spec=spec,
+        run=RunOptions(
+            max_error_rate=request.max_error_rate,
+            request_timeout_s=parse_duration_s(request.request_timeout, field="request_timeout"),
+            seed=traffic_request.seed,
+            warmup_requests=request.warmup,
+        ),
+        step_model=step_model,
+        model_source=model_source,
+        scheduler=predictions_scheduler(
+            step_model, gpu_card, launch.max_num_seqs, launch.tensor_parallel_size or 1
+        ),
+        traffic=traffic.description,
+        rate_per_s=schedule.rate_per_s,
+        asked_rate_per_s=traffic_request.rate,
+        requests=len(schedule),
+        run_dir=run_dir,
+        budgets=candidate_budgets,
+        align_tokens=request.align,
+        default_budget=default_budget,
+        baseline_label="Your engine default"
+        if request.baseline == "auto"
+        else "Your current budget",
+        goodput=request.goodput,
+        exhaustive=request.exhaustive,
+        resume=resume is not None,
+        settings=settings,
+        command=tuple(command),
+        hardware={
+            "gpu": gpu_card.name if gpu_card else None,
+            **({"gpu_detected": detected.describe()} if detected else {}),
+            "model": model,
+        },
+        served_model=model if engine in REAL_ENGINES else None,
+    )
+    return PreparedSweep(config, traffic, finished)
+
+
+def _settings(
+    request: SweepRequest,
+    engine: str,
+    traffic: Traffic,
+    run_dir: Path,
+    measure_first: bool,
+    synthetic: bool,
+    default_budget: int | None,
+    engine_args: tuple[str, ...],
+    rate: float | None,
+) -> dict[str, Any]:
+    """sweep.json's settings (a JSON document): what the sweep asked, the request itself for
+    ``--resume`` (with the engine ``auto`` chose), and provenance recorded now."""
+    from budgettune.app.sweep import PROFILE_FILE
+
+    launch, traffic_request, profile = request.launch, request.traffic, request.profile
+    trace = traffic_request.trace
+    settings: dict[str, Any] = {
+        "slo_tbt_s": parse_duration_s(request.slo_tbt or "", field="slo_tbt"),
+        "slo_ttft_s": parse_duration_s(request.slo_ttft, field="slo_ttft"),
+        "percentile": request.percentile, "engine": engine, "traffic": traffic.description,
+        "model": request.model if engine != "sim" else request.model or DEFAULT_MODEL,
+        "gpu": request.gpu if engine != "sim" else request.gpu or DEFAULT_GPU,
+        "profile": str(run_dir / PROFILE_FILE) if measure_first else profile and str(profile),
+        "budgets": request.budgets, "align": request.align,
+        "max_num_seqs": launch.max_num_seqs, "engine_cmd": launch.engine_cmd,
+        "engine_args": list(engine_args), "env": list(launch.env), "dtype": launch.dtype,
+        "prefix_caching": launch.prefix_caching, "trace": str(trace) if trace else None,
+        "rate": rate, "synthetic": synthetic, "requests": len(traffic.schedule),
+        "warmup": request.warmup, "seed": traffic_request.seed, "goodput": request.goodput,
+        "exhaustive": request.exhaustive, "baseline": default_budget,
+    }  # fmt: skip
+    settings[OPTIONS_KEY] = saved_options({**request.options(), "engine": engine})
+    settings["python_version"] = platform.python_version()
+    if trace is not None:
+        from budgettune.app.simulate import file_sha256
+
+        settings["trace_sha256"] = file_sha256(trace)
+    return settings
+
+
+def reference_budget(
+    text: str, engine: str, gpu_card: GPU | None, detected: DetectedGPU | None
+) -> int | None:
+    """The reference budget: the engine's default for ``auto`` (on the detected GPU when no
+    GPU is named), a number, or None for ``none``."""
+    choice = text.strip().lower()
+    if choice == "none":
+        return None
+    if choice == "auto":
+        if engine == "external":
+            return None  # a running server's budget is whatever it was started with
+        if detected is not None:
+            return detected.default_budget(engine)[0]
+        return default_budget_on(engine, gpu_card).budget_tokens
+    try:
+        value = int(choice)
+    except ValueError:
+        raise SpecError(
+            f"use auto, none or a number of tokens, got {text!r}", field="baseline"
+        ) from None
+    if value <= 0:
+        raise SpecError(f"must be positive, got {value}", field="baseline")
+    return value
+
+
+def detected_line(
+    detected: DetectedGPU, engine: str, baseline: str, default_budget: int | None
+) -> str:
+    """One line: the card nvidia-smi shows and the reference budget it implies."""
+    text = f"GPU: {detected.describe()}; "
+    choice = baseline.strip().lower()
+    if choice == "auto":
+        budget, rule = detected.default_budget(engine)
+        return text + f"engine default budget {budget} ({rule})"
+    if choice == "none":
+        return text + "no reference budget (--baseline none)"
+    return text + f"reference budget {default_budget} (--baseline)"
+
+
+def analytic_or_given_model(
+    profile: Path | None, model: str | None, gpu: str | None, engine: str
+) -> tuple[StepModel, str]:
+    """The predictions' model from a profile file, else the analytic roofline, with a line
+    saying which and why."""
+    from budgettune.app.step_model import step_model_of
+
+    if profile is not None and str(profile) != ANALYTIC:
+        from budgettune.model.profile import load_profile, profile_step_model
+
+        return profile_step_model(load_profile(profile)), f"calibrated profile {profile}"
+    shape_source = model or DEFAULT_MODEL
+    card = gpu or DEFAULT_GPU
+    step_model = step_model_of(ModelRequest(model=shape_source, gpu=card))
+    roofline = f"analytic roofline of {shape_source} on {card}"
+    if profile is not None:
+        return step_model, f"{roofline} (--profile analytic: presets, not measured)"
+    if engine == "sim":
+        return step_model, (
+            f"{roofline} (the analytic profile: the sim engine runs the same presets; "
+            "`budgettune profile` calibrates one for real hardware)"
+        )
+    return step_model, (
+        f"{roofline}: predictions are analytic (presets, not measured); a server you run "
+        "cannot be profiled without launching one, so run `budgettune profile --engine vllm` "
+        "where it runs and pass --profile FILE"
+    )
+
+
+def _measure_first(
+    config: ProfileConfig,
+    run_dir: Path,
+    say: Callable[[str], None],
+    profile_step: Callable[[ProfileConfig], ProfileOutcome],
+) -> tuple[StepModel, str]:
+    """Without a profile on a real engine: the profile this run folder already holds (a
+    resumed sweep), else the profile step run now, saying so and where."""
+    from budgettune.app.sweep import saved_profile
+    from budgettune.model.profile import profile_step_model
+
+    assert config.output is not None
+    saved = saved_profile(run_dir)
+    if saved is not None:
+        say(f"profile: reusing {config.output}, measured by this sweep before it was interrupted")
+        return profile_step_model(saved), f"calibrated profile {config.output} (measured first)"
+    say(
+        f"no --profile: profiling {config.engine} first (prompts to {config.max_tokens} tokens, "
+        f"decode batches to {config.max_batch}) into {config.output}; --profile analytic "
+        "skips this"
+    )
+    outcome = profile_step(config)
+    measured = outcome.profile
+    ridge = measured.ridge.reason if measured.ridge is not None else "no ridge"
+    say(
+        f"profile: {len(measured.probes)} probes in {measured.elapsed_s or 0:.0f} s, saved "
+        f"{outcome.json_path} (curve {outcome.csv_path}, report "
+        f"{config.output.with_suffix('.html')}); {ridge}"
+    )
+    return profile_step_model(measured), f"calibrated profile {config.output} (measured first)"
+
+
+def _profile_gpu(path: Path) -> GPU | None:
+    """The GPU preset a measured profile names (sizes the predictions' KV cache), if any."""
+    from budgettune.model.profile import load_profile
+
+    preset = load_profile(path).hardware.preset
+    return resolve_gpu(preset) if preset else None
+
+
+def predictions_scheduler(
+    step_model: StepModel, gpu_card: GPU | None, max_num_seqs: int, tensor_parallel: int
+) -> SchedulerConfig:
+    """The scheduler the predictions simulate: the KV cache the GPU holds for the model
+    (``DEFAULT_GPU``'s when none is known); the budget is set per candidate."""
+    blocks = kv_capacity_blocks(
+        step_model, gpu_card or resolve_gpu(DEFAULT_GPU), tensor_parallel=tensor_parallel
+    )
+    return SchedulerConfig(budget_tokens=None, kv_capacity_blocks=blocks, max_num_seqs=max_num_seqs)
