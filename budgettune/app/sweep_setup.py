@@ -35,7 +35,7 @@ from budgettune.loadgen.runner import RunOptions
 from budgettune.model.stepmodel import StepModel
 from budgettune.sim.kvcache import kv_capacity_blocks
 from budgettune.sim.scheduler import SchedulerConfig
-from budgettune.tune.sweep_config import SweepConfig
+from budgettune.tune.sweep_config import ModelSourceKind, SweepConfig
 
 if TYPE_CHECKING:
     from budgettune.app.profile import ProfileConfig, ProfileOutcome
@@ -154,6 +154,7 @@ def prepare_sweep(
     profiling = None
     step_model: StepModel | None = None
     model_source = ""
+    source_kind = ModelSourceKind.PROFILE  # measured first, unless the model is chosen below
     if measure_first:
         from budgettune.app.sweep import profile_config
 
@@ -168,7 +169,7 @@ def prepare_sweep(
             health_timeout_s=spec.health_timeout_s,
         )  # fmt: skip
     else:
-        step_model, model_source = analytic_or_given_model(
+        step_model, model_source, source_kind = analytic_or_given_model(
             profile, model, gpu_card.name if gpu_card else None, engine
         )
         if detected is not None and detected.name and detected.preset is None:
@@ -208,6 +209,7 @@ def prepare_sweep(
         ),
         step_model=step_model,
         model_source=model_source,
+        model_source_kind=source_kind,
         scheduler=predictions_scheduler(
             step_model, gpu_card, launch.max_num_seqs, launch.tensor_parallel_size or 1
         ),
@@ -319,30 +321,40 @@ def detected_line(
 
 def analytic_or_given_model(
     profile: Path | None, model: str | None, gpu: str | None, engine: str
-) -> tuple[StepModel, str]:
+) -> tuple[StepModel, str, ModelSourceKind]:
     """The predictions' model from a profile file, else the analytic roofline, with a line
-    saying which and why."""
+    saying which and why, and which kind it is."""
     from budgettune.app.step_model import step_model_of
 
     if profile is not None and str(profile) != ANALYTIC:
         from budgettune.model.profile import load_profile, profile_step_model
 
-        return profile_step_model(load_profile(profile)), f"calibrated profile {profile}"
+        calibrated = profile_step_model(load_profile(profile))
+        return calibrated, f"calibrated profile {profile}", ModelSourceKind.PROFILE
+    analytic = ModelSourceKind.ANALYTIC
     shape_source = model or DEFAULT_MODEL
     card = gpu or DEFAULT_GPU
     step_model = step_model_of(ModelRequest(model=shape_source, gpu=card))
     roofline = f"analytic roofline of {shape_source} on {card}"
     if profile is not None:
-        return step_model, f"{roofline} (--profile analytic: presets, not measured)"
+        return step_model, f"{roofline} (--profile analytic: presets, not measured)", analytic
     if engine == "sim":
-        return step_model, (
-            f"{roofline} (the analytic profile: the sim engine runs the same presets; "
-            "`budgettune profile` calibrates one for real hardware)"
+        return (
+            step_model,
+            (
+                f"{roofline} (the analytic profile: the sim engine runs the same presets; "
+                "`budgettune profile` calibrates one for real hardware)"
+            ),
+            analytic,
         )
-    return step_model, (
-        f"{roofline}: predictions are analytic (presets, not measured); a server you run "
-        "cannot be profiled without launching one, so run `budgettune profile --engine vllm` "
-        "where it runs and pass --profile FILE"
+    return (
+        step_model,
+        (
+            f"{roofline}: predictions are analytic (presets, not measured); a server you run "
+            "cannot be profiled without launching one, so run `budgettune profile --engine vllm` "
+            "where it runs and pass --profile FILE"
+        ),
+        analytic,
     )
 
 
