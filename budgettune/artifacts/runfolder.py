@@ -59,7 +59,10 @@ def read_settings(run_dir: Path) -> dict[str, Any]:
         raise UserError(f"{run_dir} does not exist", field="resume")
     if not settings_path.is_file():
         raise UserError(f"{run_dir} holds no sweep ({SETTINGS_FILE} is missing)", field="resume")
-    return read_settings_file(settings_path)
+    try:
+        return read_settings_file(settings_path)
+    except UserError as error:  # shown as the option that named the folder
+        raise UserError(error.message, field="resume", hint=error.hint) from None
 
 
 def read_settings_file(path: Path) -> dict[str, Any]:

@@ -84,7 +84,7 @@ def test_a_sweep_json_of_another_schema_is_refused(
     (tmp_path / "sweep.json").write_text(json.dumps(document))
     with pytest.raises(UserError) as caught:
         read_saved_options(tmp_path)
-    assert str(caught.value) == f"{tmp_path / 'sweep.json'}: {message}"
+    assert caught.value.shown_as("--resume") == f"--resume: {tmp_path / 'sweep.json'}: {message}"
 
 
 def test_the_request_is_what_is_saved_and_restored(tmp_path: Path) -> None:

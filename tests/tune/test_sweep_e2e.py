@@ -230,7 +230,7 @@ def test_resume_of_a_missing_folder_fails_before_planning(
 def test_resume_refuses_a_different_question(budgettune_cmd: list[str], tmp_path: Path) -> None:
     run_dir = tmp_path / "r"
     run_dir.mkdir()
-    (run_dir / "sweep.json").write_text(json.dumps({"slo_tbt_s": 0.1}))
+    (run_dir / "sweep.json").write_text(json.dumps({"slo_tbt_s": 0.1, "schema_version": 1}))
     result = sweep(budgettune_cmd, "--slo-tbt", "46ms", "--resume", str(run_dir))
     assert result.returncode == 2
     assert "--resume:" in result.stderr and "slo_tbt_s" in result.stderr
