@@ -305,10 +305,12 @@ def _finish(result: ReplayResult) -> None:
         for line in tail.splitlines()[-10:]:
             console_err.print(f"    {line}", markup=False, highlight=False)
         raise typer.Exit(1)
+    from budgettune.loadgen.runner import StopReason  # loaded by the replay already
+
     reason = result.outcome.stop_reason
     if reason is None:
         return
-    if reason.startswith("interrupted"):
+    if result.outcome.stopped_by is StopReason.INTERRUPTED:
         console_err.print(f"[yellow]{reason}[/yellow]", highlight=False)
         raise typer.Exit(130)
     console_err.print(f"[bold red]error:[/bold red] {reason}", highlight=False)
