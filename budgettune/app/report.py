@@ -7,15 +7,18 @@ Accepts a replay's results.json (or its folder), a sweep run folder, a profile J
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from budgettune.app.profile import summarize as profile_summary
+from budgettune.app.requests import ReportRequest
 from budgettune.artifacts.results import RESULTS_FILE, Results
 from budgettune.core.errors import BudgettuneError, SpecError, UserError
 from budgettune.core.hardware import resolve_gpu, resolve_model
+from budgettune.core.units import parse_duration_s
 from budgettune.model.profile import Profile, load_profile, profile_from_json
 from budgettune.model.stepmodel import StepModel
 from budgettune.report.html import write_report
@@ -189,6 +192,21 @@ def build_input(
 def default_output(source: Path) -> Path:
     """report.html in the source's folder (or in the folder given)."""
     return (source if source.is_dir() else source.parent) / REPORT_FILE
+
+
+def report_for(request: ReportRequest) -> ReportOutcome:
+    """The page a :class:`ReportRequest` asks for: its SLOs checked and parsed (errors name the
+    field), then :func:`run_report`."""
+    percentile = request.percentile
+    if not (math.isfinite(percentile) and 0 < percentile <= 100):
+        raise SpecError(f"must be in (0, 100], got {percentile:g}", field="percentile")
+    tbt, ttft = request.slo_tbt, request.slo_ttft
+    slo = Slo(
+        tbt_ms=None if tbt is None else parse_duration_s(tbt, field="slo_tbt") * 1e3,
+        ttft_ms=None if ttft is None else parse_duration_s(ttft, field="slo_ttft") * 1e3,
+        percentile=percentile,
+    )
+    return run_report(request.source, output=request.output, slo=slo, compare=request.compare)
 
 
 def run_report(

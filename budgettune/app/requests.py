@@ -183,6 +183,20 @@ class ProfileRequest:
     compare: tuple[Path, ...]
 
 
+@dataclass(slots=True, frozen=True)
+class ReportRequest:
+    """``budgettune report``: the page for ``source`` (a run folder, results.json, profile or
+    simulate output), written to ``output``, judged against optional SLOs, with ``compare``
+    profiles drawn beside a profile's curve."""
+
+    source: Path
+    output: Path | None
+    slo_tbt: str | None
+    slo_ttft: str | None
+    percentile: float
+    compare: tuple[Path, ...]
+
+
 _PATHS = frozenset({"trace", "profile", "output", "resume"})
 # The option groups a request may hold, by the name of their type (a field's annotation).
 _GROUPS = {kind.__name__: kind for kind in (LaunchRequest, TrafficRequest, ModelRequest)}

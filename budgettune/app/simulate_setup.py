@@ -171,14 +171,14 @@ def write_simulation(
     folder: Path,
     *,
     command: Sequence[str],
-    recorded: dict[str, Any] | None = None,
+    as_json: bool = False,
 ) -> None:
-    """results.json (kind "simulate") and report.html in ``folder``; ``recorded``: options of
-    the command line beyond the request (``as_json``), recorded beside it."""
+    """results.json (kind "simulate") and report.html in ``folder``; ``as_json`` (how the
+    command printed) is recorded beside the request's options, as results.json always had it."""
     from budgettune.app.simulate import simulate_results, write_simulate_outputs
     from budgettune.core.hardware import resolve_model
 
-    options = {**prepared.options, **(recorded or {})}
+    options = {**prepared.options, "as_json": as_json}
     # With a profile the shape came from the profile file (options["model"] is its name).
     shape_name = options["model"] if options["profile"] else resolve_model(options["model"]).name
     slo, gpu, step_model = prepared.targets, prepared.gpu, prepared.step_model

@@ -51,4 +51,4 @@ def _json_default(value: Any) -> Any:
 
 def with_profiles_option(help: str) -> Any:
     """``--with OTHER.json`` (repeatable): profiles drawn beside the main one in a report."""
-    return typer.Option(None, "--with", help=f"{help} Default: none.", show_default=False)
+    return typer.Option("--with", help=f"{help} Default: none.", show_default=False)

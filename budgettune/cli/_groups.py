@@ -26,14 +26,14 @@ class OptionGroup:
     (lists become tuples)."""
 
     request: type
-    options: dict[str, Any]
+    options: dict[str, object]
 
     def __post_init__(self) -> None:
         known = {field.name for field in fields(self.request)}
         unknown = set(self.options) - known
         assert not unknown, f"{self.request.__name__} has no field {sorted(unknown)}"
 
-    def worded(self, **options: Any) -> OptionGroup:
+    def worded(self, **options: object) -> OptionGroup:
         """The same group with some options worded for one command (same names, defaults)."""
         return OptionGroup(self.request, {**self.options, **options})
 

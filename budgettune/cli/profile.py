@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -16,7 +16,6 @@ from budgettune.cli._common import console, console_err, print_json, with_profil
 from budgettune.core.units import format_ms
 
 if TYPE_CHECKING:  # the profile pipeline (numpy, the engines) loads when the command runs
-
     from budgettune.app.profile import ProfileOutcome
     from budgettune.model.profile import Profile
 
@@ -28,91 +27,142 @@ MODEL_DEFAULTS = ModelRequest()
 
 @app.command(cls=Command)
 def profile(
-    model: str = typer.Option(
-        ...,
-        "--model",
-        help="Model preset (llama-3.1-8b, ...), a Hugging Face config.json, or a model folder.",
-    ),
-    engine: str = typer.Option(
-        ..., "--engine", help=f"How to measure: {', '.join(ENGINES)} (analytic: presets only)."
-    ),
-    gpu_name: str = typer.Option(
-        "auto",
-        "--gpu-name",
-        "--gpu",
-        help="GPU label or preset; auto reads nvidia-smi (analytic needs a preset, e.g. h100-sxm).",
-    ),
-    max_tokens: str = typer.Option(
-        "8192",
-        "--max-tokens",
-        help="Largest prefill probe, tokens (default 8192; '8K' = 8192, '8k' = 8000).",
-    ),
-    repeats: int = typer.Option(5, "--repeats", help="Timed repeats of each probe (default 5)."),
-    output: Path | None = typer.Option(
-        None,
-        "-o",
-        "--output",
-        help="Profile JSON to write (a CSV of the raw curve and an HTML report go beside it), "
-        "or an existing folder to write <model>_<hardware>[_<engine>].json/.csv and report.html "
-        "into. Default profiles/<model>_<hardware>[_<engine>].json, no report.",
-    ),
-    max_batch: int = typer.Option(
-        256, "--max-batch", help="Largest decode batch probed, sequences (default 256)."
-    ),
-    contexts: str = typer.Option(
-        "256,1024,4096",
-        "--contexts",
-        help="Decode probes' context lengths, tokens, comma-separated (capped at --max-tokens).",
-    ),
-    dtype: str = typer.Option(
-        "auto", "--dtype", help="Weight dtype; auto: bfloat16 on a GPU, float32 on a CPU (torch)."
-    ),
-    device: str = typer.Option("auto", "--device", help="torch only: auto, cpu or cuda[:N]."),
-    threads: int | None = typer.Option(
-        None,
-        "--threads",
-        help="torch on a CPU: threads (default torch's; 1 is steadier when shared).",
-    ),
-    typical_batch: int = typer.Option(
-        64, "--typical-batch", help="Decodes beside a chunk for the budget figures (default 64)."
-    ),
-    typical_context: int = typer.Option(
-        1024, "--typical-context", help="Context of those decodes, tokens (default 1024)."
-    ),
-    probe_timeout: str = typer.Option(
-        "300s", "--probe-timeout", help="Stop (saving what was measured) if one probe exceeds this."
-    ),
-    seed: int = typer.Option(0, "--seed", help="Seed for token ids, weights and the bootstrap."),
-    compute_efficiency: float = typer.Option(
-        MODEL_DEFAULTS.compute_efficiency,
-        "--compute-efficiency",
-        help="analytic and sim: achievable share of peak FLOP/s (default 0.6).",
-    ),
-    bandwidth_efficiency: float = typer.Option(
-        MODEL_DEFAULTS.bandwidth_efficiency,
-        "--bandwidth-efficiency",
-        help="analytic and sim: achievable share of peak bandwidth (default 0.8).",
-    ),
-    overhead_ms: float = typer.Option(
-        0.5, "--overhead-ms", help="analytic and sim: per-iteration overhead t0, ms (default 0.5)."
-    ),
-    mode: str = typer.Option(
-        "overlapped", "--mode", help="analytic and sim: overlapped or serialized step-time variant."
-    ),
-    tensor_parallel: int = typer.Option(
-        1,
-        "--tensor-parallel",
-        help="GPUs the model is split over (analytic: pool FLOP/s and bandwidth; default 1).",
-    ),
+    model: Annotated[
+        str,
+        typer.Option(
+            "--model",
+            help="Model preset (llama-3.1-8b, ...), a Hugging Face config.json, or a model folder.",
+        ),
+    ],
+    engine: Annotated[
+        str,
+        typer.Option(
+            "--engine", help=f"How to measure: {', '.join(ENGINES)} (analytic: presets only)."
+        ),
+    ],
+    gpu_name: Annotated[
+        str,
+        typer.Option(
+            "--gpu-name",
+            "--gpu",
+            help="GPU label or preset; auto reads nvidia-smi (analytic needs a preset, e.g. "
+            "h100-sxm).",
+        ),
+    ] = "auto",
+    max_tokens: Annotated[
+        str,
+        typer.Option(
+            "--max-tokens",
+            help="Largest prefill probe, tokens (default 8192; '8K' = 8192, '8k' = 8000).",
+        ),
+    ] = "8192",
+    repeats: Annotated[
+        int, typer.Option("--repeats", help="Timed repeats of each probe (default 5).")
+    ] = 5,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "-o",
+            "--output",
+            help="Profile JSON to write (a CSV of the raw curve and an HTML report go beside "
+            "it), or an existing folder to write <model>_<hardware>[_<engine>].json/.csv and "
+            "report.html into. Default profiles/<model>_<hardware>[_<engine>].json, no report.",
+        ),
+    ] = None,
+    max_batch: Annotated[
+        int,
+        typer.Option("--max-batch", help="Largest decode batch probed, sequences (default 256)."),
+    ] = 256,
+    contexts: Annotated[
+        str,
+        typer.Option(
+            "--contexts",
+            help="Decode probes' context lengths, tokens, comma-separated (capped at "
+            "--max-tokens).",
+        ),
+    ] = "256,1024,4096",
+    dtype: Annotated[
+        str,
+        typer.Option(
+            "--dtype", help="Weight dtype; auto: bfloat16 on a GPU, float32 on a CPU (torch)."
+        ),
+    ] = "auto",
+    device: Annotated[
+        str, typer.Option("--device", help="torch only: auto, cpu or cuda[:N].")
+    ] = "auto",
+    threads: Annotated[
+        int | None,
+        typer.Option(
+            "--threads",
+            help="torch on a CPU: threads (default torch's; 1 is steadier when shared).",
+        ),
+    ] = None,
+    typical_batch: Annotated[
+        int,
+        typer.Option(
+            "--typical-batch", help="Decodes beside a chunk for the budget figures (default 64)."
+        ),
+    ] = 64,
+    typical_context: Annotated[
+        int,
+        typer.Option("--typical-context", help="Context of those decodes, tokens (default 1024)."),
+    ] = 1024,
+    probe_timeout: Annotated[
+        str,
+        typer.Option(
+            "--probe-timeout", help="Stop (saving what was measured) if one probe exceeds this."
+        ),
+    ] = "300s",
+    seed: Annotated[
+        int, typer.Option("--seed", help="Seed for token ids, weights and the bootstrap.")
+    ] = 0,
+    compute_efficiency: Annotated[
+        float,
+        typer.Option(
+            "--compute-efficiency",
+            help="analytic and sim: achievable share of peak FLOP/s (default 0.6).",
+        ),
+    ] = MODEL_DEFAULTS.compute_efficiency,
+    bandwidth_efficiency: Annotated[
+        float,
+        typer.Option(
+            "--bandwidth-efficiency",
+            help="analytic and sim: achievable share of peak bandwidth (default 0.8).",
+        ),
+    ] = MODEL_DEFAULTS.bandwidth_efficiency,
+    overhead_ms: Annotated[
+        float,
+        typer.Option(
+            "--overhead-ms", help="analytic and sim: per-iteration overhead t0, ms (default 0.5)."
+        ),
+    ] = 0.5,
+    mode: Annotated[
+        str,
+        typer.Option(
+            "--mode", help="analytic and sim: overlapped or serialized step-time variant."
+        ),
+    ] = "overlapped",
+    tensor_parallel: Annotated[
+        int,
+        typer.Option(
+            "--tensor-parallel",
+            help="GPUs the model is split over (analytic: pool FLOP/s and bandwidth; default 1).",
+        ),
+    ] = 1,
     engine_arg: eo.EngineArg = [],  # noqa: B006 (typer copies a list default)
     engine_cmd: eo.EngineCmd = None,
     env: eo.Env = [],  # noqa: B006
     health_timeout: eo.HealthTimeout = None,
-    compare: list[Path] | None = with_profiles_option(
-        "With -o: another profile JSON drawn beside this one in report.html (repeatable), "
-        "e.g. the torch profile of the same model."
-    ),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON document, no tables."),
+    compare: Annotated[
+        list[Path] | None,
+        with_profiles_option(
+            "With -o: another profile JSON drawn beside this one in report.html (repeatable), "
+            "e.g. the torch profile of the same model."
+        ),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON document, no tables.")
+    ] = False,
 ) -> None:
     """Measure iteration time against tokens (prefill, decode, mixed), find the ridge P*,
     calibrate the step-time model and save it as a profile for `simulate --profile`.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -25,13 +26,22 @@ SERVABLE = ("sim",)
 
 @app.command(cls=Command)
 def serve(
-    engine: str = typer.Option("sim", "--engine", help="Engine to serve: sim (built in)."),
-    budget: str | None = typer.Option(
-        None, "--budget", "--max-num-batched-tokens", help="Token budget per iteration, e.g. "
-        "512 or 2k; 'none' = no chunking. Default: vLLM's (8192 on >= 70 GiB GPUs but A100, "
-        "else 2048).",
-    ),
-    max_num_seqs: int = typer.Option(256, "--max-num-seqs", min=1, help="Most running sequences."),
+    engine: Annotated[
+        str, typer.Option("--engine", help="Engine to serve: sim (built in).")
+    ] = "sim",
+    budget: Annotated[
+        str | None,
+        typer.Option(
+            "--budget",
+            "--max-num-batched-tokens",
+            help="Token budget per iteration, e.g. "
+            "512 or 2k; 'none' = no chunking. Default: vLLM's (8192 on >= 70 GiB GPUs but A100, "
+            "else 2048).",
+        ),
+    ] = None,
+    max_num_seqs: Annotated[
+        int, typer.Option("--max-num-seqs", min=1, help="Most running sequences.")
+    ] = 256,
     model: mo.Model = mo.DEFAULTS.model,
     gpu: mo.GpuName = mo.DEFAULTS.gpu,
     dtype: mo.Dtype = mo.DEFAULTS.dtype,
@@ -40,33 +50,47 @@ def serve(
     overhead_ms: mo.OverheadMs = mo.DEFAULTS.overhead_ms,
     mode: mo.Mode = mo.DEFAULTS.mode,
     profile: mo.Profile = None,
-    max_model_len: str | None = typer.Option(
-        None, "--max-model-len", help="Context limit, tokens (default: the model's)."
-    ),
-    gpu_memory_utilization: float = typer.Option(
-        DEFAULT_GPU_MEMORY_UTILIZATION, "--gpu-memory-utilization",
-        help="Share of GPU memory for weights and KV cache, 0-1.",
-    ),
-    block_size: int = typer.Option(DEFAULT_BLOCK_SIZE, "--block-size", help="KV block, tokens."),
-    long_prefill_token_threshold: int = typer.Option(
-        0, "--long-prefill-token-threshold", help="Most prompt tokens per request and "
-        "iteration; 0 = off.",
-    ),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
-    port: int = typer.Option(8000, "--port", help="Port to listen on."),
-    served_model_name: str | None = typer.Option(
-        None, "--served-model-name", help="Model id clients name (default: the model's)."
-    ),
-    stream_interval: int = typer.Option(
-        1, "--stream-interval", min=1, help="Write streamed tokens every N (as vLLM)."
-    ),
-    time_scale: float = typer.Option(
-        1.0, "--time-scale", help="Multiply every modeled step time (2 = twice as slow)."
-    ),
-    emission_log: Path | None = typer.Option(
-        None, "--emission-log", help="CSV of every stream write: request, tokens, monotonic s."
-    ),
-) -> None:  # fmt: skip
+    max_model_len: Annotated[
+        str | None,
+        typer.Option("--max-model-len", help="Context limit, tokens (default: the model's)."),
+    ] = None,
+    gpu_memory_utilization: Annotated[
+        float,
+        typer.Option(
+            "--gpu-memory-utilization", help="Share of GPU memory for weights and KV cache, 0-1."
+        ),
+    ] = DEFAULT_GPU_MEMORY_UTILIZATION,
+    block_size: Annotated[
+        int, typer.Option("--block-size", help="KV block, tokens.")
+    ] = DEFAULT_BLOCK_SIZE,
+    long_prefill_token_threshold: Annotated[
+        int,
+        typer.Option(
+            "--long-prefill-token-threshold",
+            help="Most prompt tokens per request and iteration; 0 = off.",
+        ),
+    ] = 0,
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8000,
+    served_model_name: Annotated[
+        str | None,
+        typer.Option("--served-model-name", help="Model id clients name (default: the model's)."),
+    ] = None,
+    stream_interval: Annotated[
+        int,
+        typer.Option("--stream-interval", min=1, help="Write streamed tokens every N (as vLLM)."),
+    ] = 1,
+    time_scale: Annotated[
+        float,
+        typer.Option("--time-scale", help="Multiply every modeled step time (2 = twice as slow)."),
+    ] = 1.0,
+    emission_log: Annotated[
+        Path | None,
+        typer.Option(
+            "--emission-log", help="CSV of every stream write: request, tokens, monotonic s."
+        ),
+    ] = None,
+) -> None:
     """Serve the simulated engine on an OpenAI-compatible API until Ctrl-C.
 
     POST /v1/completions (streamed or not), GET /health, /v1/models, /version,

@@ -156,7 +156,7 @@ def simulate(
             report,
             output,
             command=("budgettune", *sys.argv[1:]),
-            recorded={"as_json": as_json},
+            as_json=as_json,
         )
     if as_json:
         print_json(report.to_json())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -13,16 +14,20 @@ from budgettune.cli._common import console, print_json
 
 @app.command("tiny-model", cls=Command)
 def tiny_model(
-    out_dir: Path = typer.Argument(..., metavar="DIR", help="Folder to write the model into."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the weights and the tokenizer corpus."),
-    layers: int = typer.Option(4, "--layers", help="Decoder layers."),
-    hidden_size: int = typer.Option(256, "--hidden-size", help="Hidden size."),
-    vocab_size: int = typer.Option(4096, "--vocab-size", help="Tokenizer and embedding size."),
-    max_model_len: int = typer.Option(
-        8192, "--max-model-len", help="max_position_embeddings, tokens."
-    ),
-    force: bool = typer.Option(False, "--force", help="Overwrite a non-empty DIR."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
+    out_dir: Annotated[Path, typer.Argument(metavar="DIR", help="Folder to write the model into.")],
+    seed: Annotated[
+        int, typer.Option("--seed", help="Seed of the weights and the tokenizer corpus.")
+    ] = 0,
+    layers: Annotated[int, typer.Option("--layers", help="Decoder layers.")] = 4,
+    hidden_size: Annotated[int, typer.Option("--hidden-size", help="Hidden size.")] = 256,
+    vocab_size: Annotated[
+        int, typer.Option("--vocab-size", help="Tokenizer and embedding size.")
+    ] = 4096,
+    max_model_len: Annotated[
+        int, typer.Option("--max-model-len", help="max_position_embeddings, tokens.")
+    ] = 8192,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite a non-empty DIR.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
 ) -> None:
     """Build a tiny random-weight Llama (4 layers, hidden 256, ~11 MB) with a locally trained
     byte-level BPE tokenizer, in a folder `vllm serve` and transformers load. Deterministic from

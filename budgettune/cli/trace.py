@@ -4,7 +4,7 @@ summarise any trace (table and terminal histograms, or ``--json``)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -30,26 +30,32 @@ app.add_typer(trace_app, name="trace")
 
 @trace_app.command("synth", cls=Command)
 def synth(
-    output: Path = typer.Option(
-        ..., "-o", "--output", help="File to write (budgettune JSON Lines); - for stdout."
-    ),
-    prompt_dist: str = typer.Option(
-        DEFAULT_PROMPT_DIST, "--prompt-dist", help="Prompt length distribution."
-    ),
-    output_dist: str = typer.Option(
-        DEFAULT_OUTPUT_DIST, "--output-dist", help="Output length distribution."
-    ),
-    rate: float = typer.Option(..., "--rate", help="Mean arrival rate, requests/s."),
+    *,
+    output: Annotated[
+        Path,
+        typer.Option("-o", "--output", help="File to write (budgettune JSON Lines); - for stdout."),
+    ],
+    prompt_dist: Annotated[
+        str, typer.Option("--prompt-dist", help="Prompt length distribution.")
+    ] = DEFAULT_PROMPT_DIST,
+    output_dist: Annotated[
+        str, typer.Option("--output-dist", help="Output length distribution.")
+    ] = DEFAULT_OUTPUT_DIST,
+    rate: Annotated[float, typer.Option("--rate", help="Mean arrival rate, requests/s.")],
     requests: to.Requests = None,
     duration: to.Duration = None,
-    arrivals: str = typer.Option("poisson", "--arrivals", help="poisson | gamma."),
+    arrivals: Annotated[str, typer.Option("--arrivals", help="poisson | gamma.")] = "poisson",
     burstiness: to.Burstiness = to.DEFAULTS.burstiness,
-    prefix_groups: int = typer.Option(
-        0, "--prefix-groups", help="Requests share one of this many prefixes (0: none)."
-    ),
-    prefix_tokens: str = typer.Option(
-        "0", "--prefix-tokens", help="Length of each shared prefix, tokens (e.g. 512 or 2k)."
-    ),
+    prefix_groups: Annotated[
+        int,
+        typer.Option("--prefix-groups", help="Requests share one of this many prefixes (0: none)."),
+    ] = 0,
+    prefix_tokens: Annotated[
+        str,
+        typer.Option(
+            "--prefix-tokens", help="Length of each shared prefix, tokens (e.g. 512 or 2k)."
+        ),
+    ] = "0",
     seed: to.Seed = to.DEFAULTS.seed,
 ) -> None:
     """Write a seeded synthetic trace (Poisson or gamma arrivals, lengths from distributions)."""
@@ -83,8 +89,10 @@ def synth(
 
 @trace_app.command("inspect", cls=Command)
 def inspect(
-    file: Path = typer.Argument(..., help="Trace file (format detected from content)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON document, no tables."),
+    file: Annotated[Path, typer.Argument(help="Trace file (format detected from content).")],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON document, no tables.")
+    ] = False,
     format: to.Format = None,
     columns: to.Columns = None,
     max_model_len: to.MaxModelLen = None,
