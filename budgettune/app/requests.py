@@ -197,6 +197,34 @@ class ReportRequest:
     compare: tuple[Path, ...]
 
 
+@dataclass(slots=True, frozen=True)
+class ServeRequest:
+    """``budgettune serve``: the simulated engine to serve (``budget`` and ``max_model_len`` as
+    text; ``budget`` None: the engine-default rule on ``gpu``), and where to listen."""
+
+    engine: str
+    budget: str | None
+    max_num_seqs: int
+    model: str
+    gpu: str
+    dtype: str
+    compute_efficiency: float
+    bandwidth_efficiency: float
+    overhead_ms: float
+    mode: str
+    profile: Path | None
+    max_model_len: str | None
+    gpu_memory_utilization: float
+    block_size: int
+    long_prefill_token_threshold: int
+    host: str
+    port: int
+    served_model_name: str | None
+    stream_interval: int
+    time_scale: float
+    emission_log: Path | None
+
+
 _PATHS = frozenset({"trace", "profile", "output", "resume"})
 # The option groups a request may hold, by the name of their type (a field's annotation).
 _GROUPS = {kind.__name__: kind for kind in (LaunchRequest, TrafficRequest, ModelRequest)}

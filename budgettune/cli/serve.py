@@ -3,25 +3,16 @@ foreground (Ctrl-C stops it), so any client can be pointed at it."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from budgettune.app.simulate import parse_budgets
+from budgettune.app.requests import ServeRequest
 from budgettune.cli import Command, app
 from budgettune.cli import _model_options as mo
 from budgettune.cli._common import console, console_err
-from budgettune.core.engine_defaults import default_budget_on
-from budgettune.core.errors import SpecError, UserError
-from budgettune.core.hardware import resolve_gpu
-from budgettune.core.units import parse_tokens
-from budgettune.engines.embedded.config import SimServerConfig
-from budgettune.engines.embedded.server import serve as serve_sim
 from budgettune.sim.kvcache import DEFAULT_BLOCK_SIZE, DEFAULT_GPU_MEMORY_UTILIZATION
-
-SERVABLE = ("sim",)
 
 
 @app.command(cls=Command)
@@ -97,26 +88,16 @@ def serve(
     /metrics (vLLM metric names). Iterations follow the roofline step-time
     model in real time (the presets', or a calibrated one with --profile).
     """
-    if engine.strip().lower() not in SERVABLE:
-        raise SpecError(
-            f"`serve` runs {', '.join(SERVABLE)}; got {engine!r} "
-            "(launch vLLM or SGLang with their own commands)",
-            field="engine",
-        )
-    if budget is None:
-        budget_tokens: int | None = default_budget_on("sim", resolve_gpu(gpu)).budget_tokens
-    else:
-        budgets = parse_budgets(budget, field="budget")
-        if len(budgets) != 1:
-            raise SpecError(f"one budget, got {budget!r}", field="budget")
-        budget_tokens = budgets[0]
-    config = SimServerConfig(
-        budget_tokens=budget_tokens,
+    from budgettune.app.serve import serve_until_stopped, server_config
+
+    request = ServeRequest(
+        engine=engine,
+        budget=budget,
+        max_model_len=max_model_len,
+        gpu=gpu,
         max_num_seqs=max_num_seqs,
         model=model,
-        gpu=gpu,
         dtype=dtype,
-        max_model_len=parse_tokens(max_model_len, field="max_model_len") if max_model_len else None,
         gpu_memory_utilization=gpu_memory_utilization,
         block_size=block_size,
         long_prefill_token_threshold=long_prefill_token_threshold,
@@ -132,15 +113,11 @@ def serve(
         emission_log=emission_log,
         profile=profile,
     )
+    config = server_config(request)
 
     def ready(url: str, banner: str) -> None:
         console.print(banner, highlight=False)
         console.print(f"serving on {url}/v1 (Ctrl-C stops)", highlight=False)
 
-    try:
-        summary = asyncio.run(serve_sim(config, on_ready=ready))
-    except OSError as exc:
-        raise UserError(
-            f"cannot listen on {host}:{port}: {exc.strerror or exc}", field="port"
-        ) from None
+    summary = serve_until_stopped(config, ready)
     console_err.print(f"stopped; {summary}", highlight=False)

@@ -1,0 +1,73 @@
+"""``budgettune serve``: the embedded simulated engine's config from the command's options (the
+budget given, else the engine-default rule on the GPU), and the server run until Ctrl-C."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from budgettune.app.requests import ServeRequest
+from budgettune.app.simulate import parse_budgets
+from budgettune.core.engine_defaults import default_budget_on
+from budgettune.core.errors import SpecError, UserError
+from budgettune.core.hardware import resolve_gpu
+from budgettune.core.units import parse_tokens
+from budgettune.engines.embedded.config import SimServerConfig
+
+SERVABLE = ("sim",)
+
+
+def server_config(request: ServeRequest) -> SimServerConfig:
+    """The simulated engine's config: the engine must be one ``serve`` runs, the budget one
+    budget (``none``: no chunking; unset: the engine-default rule on the GPU). Raises
+    SpecError naming the field."""
+    if request.engine.strip().lower() not in SERVABLE:
+        raise SpecError(
+            f"`serve` runs {', '.join(SERVABLE)}; got {request.engine!r} "
+            "(launch vLLM or SGLang with their own commands)",
+            field="engine",
+        )
+    budget = request.budget
+    if budget is None:
+        budget_tokens: int | None = default_budget_on("sim", resolve_gpu(request.gpu)).budget_tokens
+    else:
+        budgets = parse_budgets(budget, field="budget")
+        if len(budgets) != 1:
+            raise SpecError(f"one budget, got {budget!r}", field="budget")
+        budget_tokens = budgets[0]
+    max_model_len = request.max_model_len
+    return SimServerConfig(
+        budget_tokens=budget_tokens,
+        max_num_seqs=request.max_num_seqs,
+        model=request.model,
+        gpu=request.gpu,
+        dtype=request.dtype,
+        max_model_len=parse_tokens(max_model_len, field="max_model_len") if max_model_len else None,
+        gpu_memory_utilization=request.gpu_memory_utilization,
+        block_size=request.block_size,
+        long_prefill_token_threshold=request.long_prefill_token_threshold,
+        host=request.host,
+        port=request.port,
+        served_model_name=request.served_model_name,
+        time_scale=request.time_scale,
+        stream_interval=request.stream_interval,
+        compute_efficiency=request.compute_efficiency,
+        bandwidth_efficiency=request.bandwidth_efficiency,
+        overhead_ms=request.overhead_ms,
+        mode=request.mode,
+        emission_log=request.emission_log,
+        profile=request.profile,
+    )
+
+
+def serve_until_stopped(config: SimServerConfig, on_ready: Callable[[str, str], None]) -> str:
+    """Serve until Ctrl-C; returns the server's one-line summary. Raises UserError (field
+    ``port``) when the address cannot be listened on."""
+    from budgettune.engines.embedded.server import serve
+
+    try:
+        return str(asyncio.run(serve(config, on_ready=on_ready)))
+    except OSError as exc:
+        raise UserError(
+            f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}", field="port"
+        ) from None
