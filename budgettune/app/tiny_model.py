@@ -44,6 +44,24 @@ class TinyModelSpec:
     max_position_embeddings: int = 8192
     seed: int = 0
 
+    @classmethod
+    def sized(
+        cls, *, layers: int, hidden_size: int, vocab_size: int, max_model_len: int, seed: int
+    ) -> TinyModelSpec:
+        """The spec for a layer count and hidden size: the default 4 heads / 2 KV heads unless
+        the hidden size cannot hold them, an MLP three times as wide."""
+        fits = hidden_size % 4 == 0
+        return cls(
+            layers=layers,
+            hidden_size=hidden_size,
+            heads=4 if fits else 1,
+            kv_heads=2 if fits else 1,
+            intermediate_size=3 * hidden_size,
+            vocab_size=vocab_size,
+            max_position_embeddings=max_model_len,
+            seed=seed,
+        )
+
     def validate(self) -> None:
         """Raise UserError naming the first field that cannot make a Llama."""
         checks = {

@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 
-from budgettune.app.tiny_model import TinyModelSpec, build_tiny_model
 from budgettune.cli import Command, app
 from budgettune.cli._common import console, print_json
 
@@ -33,15 +32,13 @@ def tiny_model(
     byte-level BPE tokenizer, in a folder `vllm serve` and transformers load. Deterministic from
     --seed. Needs `pip install 'budgettune\\[torch]'`.
     """
-    spec = TinyModelSpec(
+    from budgettune.app.tiny_model import TinyModelSpec, build_tiny_model
+
+    spec = TinyModelSpec.sized(
         layers=layers,
         hidden_size=hidden_size,
-        # Keep the default 4 heads / 2 KV heads unless the hidden size cannot hold them.
-        heads=4 if hidden_size % 4 == 0 else 1,
-        kv_heads=2 if hidden_size % 4 == 0 else 1,
-        intermediate_size=3 * hidden_size,
         vocab_size=vocab_size,
-        max_position_embeddings=max_model_len,
+        max_model_len=max_model_len,
         seed=seed,
     )
     info = build_tiny_model(out_dir, spec, overwrite=force)
