@@ -177,7 +177,7 @@ def validate(config: ProfileConfig) -> ModelShape:
         raise SpecError(
             f"{config.max_tokens} exceeds the model's max length {limit} (max_position_embeddings)",
             field="max_tokens",
-            hint=f"use --max-tokens {limit} or less",
+            hint=f"probe at most {limit} tokens, the longest prompt the model takes",
         )
     for field_name, value, low in (
         ("repeats", config.repeats, 1),
@@ -318,7 +318,7 @@ def _preset_gpu(name: str) -> GPU:
                 f"'auto' found no GPU preset on this machine ({hardware.name}); "
                 "an analytic profile needs one",
                 field="gpu_name",
-                hint="pass --gpu h100-sxm (or another preset)",
+                hint="name a GPU preset, e.g. h100-sxm",
             )
         return resolve_gpu(hardware.preset)
     try:

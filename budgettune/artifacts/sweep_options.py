@@ -62,7 +62,7 @@ def restore_options(
         raise UserError(
             f"{run_dir} was a sweep with {was}; this command gives {now}",
             field="resume",
-            hint="drop those options to continue it, or start a new sweep with -o",
+            hint="drop those options to continue it, or start a new sweep in another folder",
         )
     restored = dict(current)
     for name, value in saved.items():
