@@ -84,8 +84,8 @@ class Results:
             config=dict(config),
             points=[dict(point) for point in points],
             command=[str(arg) for arg in command],
-            engine=_copy(fields.mapping_or_none("engine")),
-            hardware=_copy(fields.mapping_or_none("hardware")),
+            engine=_copy(fields, "engine"),
+            hardware=_copy(fields, "hardware"),
             complete=True if data.get("complete") is None else fields.flag("complete"),
             incomplete_reason=fields.text_or_none("incomplete_reason"),
             schema_version=version,
@@ -94,7 +94,8 @@ class Results:
         )
 
 
-def _copy(value: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def _copy(fields: Fields, name: str) -> dict[str, Any] | None:
+    value = fields.mapping_or_none(name)
     return None if value is None else dict(value)
 
 

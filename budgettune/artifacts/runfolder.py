@@ -51,7 +51,7 @@ def create_run_folder(run_dir: Path, settings: Mapping[str, object]) -> None:
         ) from None
 
 
-def read_settings(run_dir: Path) -> dict[str, Any]:
+def read_settings(run_dir: Path) -> Mapping[str, Any]:
     """The sweep.json of the sweep in ``run_dir``; UserError (for --resume) when there is none,
     or its schema_version is missing or not one this budgettune reads."""
     settings_path = run_dir / SETTINGS_FILE
@@ -65,11 +65,11 @@ def read_settings(run_dir: Path) -> dict[str, Any]:
         raise UserError(error.message, field="resume", hint=error.hint) from None
 
 
-def read_settings_file(path: Path) -> dict[str, Any]:
+def read_settings_file(path: Path) -> Mapping[str, Any]:
     """A sweep.json, its schema_version checked. Raises UserError naming the file."""
     saved = read_json_object(path, "sweep settings")
     check_schema(saved, str(path), SCHEMA_VERSION)
-    return dict(saved)
+    return saved
 
 
 def resume_run_folder(run_dir: Path, settings: Mapping[str, object]) -> list[Point]:

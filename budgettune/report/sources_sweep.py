@@ -215,7 +215,7 @@ def _slo(document: SweepDocument, override: Slo) -> Slo:
 
 def sweep_input(
     run_dir: Path, *, slo: Slo = Slo(), report_dir: Path | None = None
-) -> tuple[ReportInput, dict[str, Any]]:
+) -> tuple[ReportInput, Mapping[str, Any]]:
     """The report of a sweep run folder, and the sweep's recorded document (settings and
     candidates, for the profile section the pipeline adds). Raises UserError naming the file."""
     rec_path = run_dir / RECOMMENDATION_FILE
@@ -239,7 +239,7 @@ def _with_settings(document: SweepDocument, settings: Mapping[str, Any]) -> Swee
 
 def sweep_results_input(
     results: Results, *, source: Path, slo: Slo = Slo(), report_dir: Path | None = None
-) -> tuple[ReportInput, dict[str, Any]]:
+) -> tuple[ReportInput, Mapping[str, Any]]:
     """The same report from the sweep's own results.json (every point with its records inline),
     e.g. a file copied away from its run folder."""
     document = sweep_document_of_results(results, source)
@@ -257,7 +257,7 @@ def _sweep_report(
     slo: Slo,
     report_dir: Path | None,
     inline: Mapping[int, Sequence[LiveRecord]],
-) -> tuple[ReportInput, dict[str, Any]]:
+) -> tuple[ReportInput, Mapping[str, Any]]:
     slo = _slo(document, slo)
     settings = document.settings
     by_budget = {point.budget: point for point in document.points}
