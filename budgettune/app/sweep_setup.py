@@ -85,40 +85,16 @@ def prepare_sweep(
     the run folder, and runs the profile step first where the measure-first rule asks. Raises
     UserError subclasses naming the field, before any run folder exists for a mistake."""
     resume = request.resume
-    if request.slo_tbt is None:
-        raise SpecError(
-            "required (the p99 time-between-tokens target, e.g. 50ms)",
-            field="slo_tbt",
-            hint=None if resume is None else f"{resume} saved no options; give them again",
-        )
-    slo_tbt_s = parse_duration_s(request.slo_tbt, field="slo_tbt")
-    slo_ttft_s = parse_duration_s(request.slo_ttft, field="slo_ttft")
-    if not 50 <= request.percentile < 100:
-        raise SpecError(f"must be in [50, 100), got {request.percentile:g}", field="percentile")
-    if request.align <= 0 or request.align % 16:
-        raise SpecError(
-            f"must be a positive multiple of the KV block size 16, got {request.align}",
-            field="align",
-        )
-    if request.output is not None and resume is not None and request.output != resume:
-        raise SpecError("names another folder than --output; give one of them", field="resume")
+    slo_tbt_s, slo_ttft_s = _checked_slos(request)
+    target = engine_target(request)
+    engine, model, gpu, detected, gpu_card = (
+        target.engine,
+        target.model,
+        target.gpu,
+        target.detected,
+        target.gpu_card,
+    )
     url, launch = request.url, request.launch
-    engine, why = resolve_engine(request.engine, url, launch.engine_cmd)
-    if resume is not None and engine != "external":
-        why = f"engine {engine} (as the sweep in {resume} ran)"
-    if engine == "external" and url is None:
-        raise SpecError("the external engine needs the server's URL", field="url")
-    model, gpu = request.model, request.gpu
-    if engine == "sim":
-        model, gpu = model or DEFAULT_MODEL, gpu or DEFAULT_GPU
-    if engine in REAL_ENGINES and not model:
-        raise SpecError(f"the {engine} engine needs a model (a folder or an id)", field="model")
-    detected = None
-    if engine in REAL_ENGINES and gpu is None:
-        from budgettune.tune.gpu import detect_gpu
-
-        detected = detect_gpu()  # for the engine's default budget and the step-time model
-    gpu_card = resolve_gpu(gpu) if gpu else detected.preset if detected else None
     profile = request.profile
     analytic = profile is not None and str(profile) == ANALYTIC
     measure_first = profile is None and engine in REAL_ENGINES
@@ -181,7 +157,7 @@ def prepare_sweep(
         request, engine, traffic, run_dir, measure_first, synthetic, default_budget,
         spec.extra_args, traffic_request.rate,
     )  # fmt: skip
-    say(why)
+    say(target.why)
     if detected is not None:
         say(detected_line(detected, engine, request.baseline, default_budget))
     from budgettune.app.sweep import PROFILE_FILE, open_run
@@ -237,6 +213,68 @@ def prepare_sweep(
         served_model=model if engine in REAL_ENGINES else None,
     )
     return PreparedSweep(config, traffic, finished)
+
+
+def _checked_slos(request: SweepRequest) -> tuple[float, float]:
+    """The SLOs in seconds (TBT, TTFT), after checking the request's own values: the TBT
+    target given, the percentile, the alignment, one run folder."""
+    resume = request.resume
+    if request.slo_tbt is None:
+        raise SpecError(
+            "required (the p99 time-between-tokens target, e.g. 50ms)",
+            field="slo_tbt",
+            hint=None if resume is None else f"{resume} saved no options; give them again",
+        )
+    slo_tbt_s = parse_duration_s(request.slo_tbt, field="slo_tbt")
+    slo_ttft_s = parse_duration_s(request.slo_ttft, field="slo_ttft")
+    if not 50 <= request.percentile < 100:
+        raise SpecError(f"must be in [50, 100), got {request.percentile:g}", field="percentile")
+    if request.align <= 0 or request.align % 16:
+        raise SpecError(
+            f"must be a positive multiple of the KV block size 16, got {request.align}",
+            field="align",
+        )
+    if request.output is not None and resume is not None and request.output != resume:
+        raise SpecError("names another folder than --output; give one of them", field="resume")
+    return slo_tbt_s, slo_ttft_s
+
+
+@dataclass(slots=True, frozen=True)
+class EngineTarget:
+    """What the sweep runs on: the engine (``auto`` resolved) and why, the model and the GPU
+    named (the sim engine's defaults filled in), the card nvidia-smi shows when a real engine
+    names none, and the GPU preset that sizes the predictions (None: unknown)."""
+
+    engine: str
+    why: str
+    model: str | None
+    gpu: str | None
+    detected: DetectedGPU | None
+    gpu_card: GPU | None
+
+
+def engine_target(request: SweepRequest) -> EngineTarget:
+    """The engine policy: ``auto`` is vLLM with a GPU and vLLM, else sim; external needs a URL,
+    vLLM and SGLang a model; the sim engine defaults to the preset model on the preset GPU; a
+    real engine without a named GPU detects the card. Raises SpecError naming the field."""
+    url, resume = request.url, request.resume
+    engine, why = resolve_engine(request.engine, url, request.launch.engine_cmd)
+    if resume is not None and engine != "external":
+        why = f"engine {engine} (as the sweep in {resume} ran)"
+    if engine == "external" and url is None:
+        raise SpecError("the external engine needs the server's URL", field="url")
+    model, gpu = request.model, request.gpu
+    if engine == "sim":
+        model, gpu = model or DEFAULT_MODEL, gpu or DEFAULT_GPU
+    if engine in REAL_ENGINES and not model:
+        raise SpecError(f"the {engine} engine needs a model (a folder or an id)", field="model")
+    detected = None
+    if engine in REAL_ENGINES and gpu is None:
+        from budgettune.tune.gpu import detect_gpu
+
+        detected = detect_gpu()  # for the engine's default budget and the step-time model
+    gpu_card = resolve_gpu(gpu) if gpu else detected.preset if detected else None
+    return EngineTarget(engine, why, model, gpu, detected, gpu_card)
 
 
 def _settings(
