@@ -38,7 +38,7 @@ def read_saved_options(run_dir: Path) -> dict[str, Any] | None:
     """The options saved in ``run_dir``'s sweep.json; None for a sweep saved before they were.
     Raises UserError when ``run_dir`` holds no sweep."""
     options = read_settings(run_dir).get(OPTIONS_KEY)
-    return dict(options) if isinstance(options, dict) else None
+    return dict(options) if isinstance(options, Mapping) else None
 
 
 def restore_options(

@@ -109,3 +109,15 @@ def test_the_request_is_what_is_saved_and_restored(tmp_path: Path) -> None:
     blank = {name: None for name in saved}
     restored = restore_options(run_dir, saved, {**blank, "output": None}, set(), FLAGS)
     assert SweepRequest.from_options(restored) == dataclasses.replace(request, output=None)
+
+
+def test_the_example_run_folder_reads_back_as_a_request() -> None:
+    """A run folder saved before SweepRequest existed (reports/example) restores one."""
+    from budgettune.app.requests import SweepRequest
+
+    example = Path(__file__).resolve().parents[2] / "reports" / "example"
+    saved = read_saved_options(example)
+    assert saved is not None
+    request = SweepRequest.from_options(saved)
+    assert request.slo_tbt == saved["slo_tbt"] and request.engine == saved["engine"]
+    assert request.traffic.trace == Path(saved["trace"]) and request.launch.env == ()
