@@ -32,7 +32,8 @@ from budgettune.core.metrics import MetricsSummary, quantile, summarize, tbt_s, 
 from budgettune.core.units import ms_or_none
 from budgettune.engines.base import EngineHandle, StartProgress
 from budgettune.engines.registry import get_engine
-from budgettune.loadgen.runner import RunProgress, StopReason, Target, run_schedule
+from budgettune.loadgen.runner import RunProgress, Target, run_schedule
+from budgettune.loadgen.stop import StopReason
 from budgettune.model.profile import Profile, load_profile
 from budgettune.profiling.plan import ProgressFn
 from budgettune.trace.schedule import Schedule

@@ -13,7 +13,6 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 import httpx
@@ -31,6 +30,7 @@ from budgettune.loadgen.client import (
     stream_completion,
 )
 from budgettune.loadgen.server_metrics import ServerSnapshot, scrape
+from budgettune.loadgen.stop import Stop, StopReason
 from budgettune.loadgen.transport import SEND_AT, SendTime, async_client
 from budgettune.trace.schedule import Schedule
 
@@ -155,22 +155,6 @@ class RunProgress:
     failed: int
     total: int
     elapsed_s: float
-
-
-class StopReason(StrEnum):
-    """Why a replay stopped before its schedule ended."""
-
-    EARLY_STOP = "early_stop"  # a caller's rule: the verdict is already certain
-    ERROR_RATE = "error_rate"  # --max-error-rate exceeded
-    INTERRUPTED = "interrupted"  # Ctrl-C
-
-
-@dataclass(slots=True, frozen=True)
-class Stop:
-    """A stop rule's decision: the reason as a field, and the sentence shown to the user."""
-
-    reason: StopReason
-    message: str
 
 
 # Called after every finished request with all records so far; a Stop ends the run with it.

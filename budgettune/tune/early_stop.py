@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from budgettune.loadgen.runner import LiveRecord, Stop, StopReason
+from budgettune.loadgen.runner import LiveRecord
+from budgettune.loadgen.stop import Stop, StopReason
 from budgettune.trace.schedule import Schedule
 
 

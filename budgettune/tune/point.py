@@ -14,12 +14,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from budgettune.core.metrics import MetricsSummary, Percentiles
 from budgettune.core.units import finite_or_none, ms_or_none
-from budgettune.loadgen.runner import StopReason
-from budgettune.tune.predict import Prediction
+from budgettune.loadgen.stop import StopReason
+
+if TYPE_CHECKING:  # read field by field; numpy and the simulator load where they are computed
+    from budgettune.core.metrics import MetricsSummary, Percentiles
+    from budgettune.tune.predict import Prediction
 
 
 class Status(StrEnum):

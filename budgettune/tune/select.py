@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from budgettune.core.units import format_ms
 from budgettune.tune.candidates import Candidates
-from budgettune.tune.point import Point
+
+if TYPE_CHECKING:  # points are read field by field
+    from budgettune.tune.point import Point
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,12 +14,12 @@ from budgettune.loadgen.client import SSEParser, StreamResult, completion_body
 from budgettune.loadgen.runner import (
     LiveRecord,
     RunOptions,
-    StopReason,
     error_rate_rule,
     prompt_ids,
     token_times_s,
 )
 from budgettune.loadgen.server_metrics import parse_prometheus, server_side
+from budgettune.loadgen.stop import StopReason
 from budgettune.trace.schedule import Schedule
 
 

@@ -17,8 +17,9 @@ from budgettune.core.metrics import summarize, ttft_s
 from budgettune.engines.base import LaunchSpec
 from budgettune.engines.embedded.engine import SimEngine
 from budgettune.engines.process import free_port, group_members
-from budgettune.loadgen.runner import RunOptions, RunOutcome, StopReason, Target, run_schedule
+from budgettune.loadgen.runner import RunOptions, RunOutcome, Target, run_schedule
 from budgettune.loadgen.server_metrics import server_side
+from budgettune.loadgen.stop import StopReason
 from budgettune.trace.schedule import Schedule
 
 
