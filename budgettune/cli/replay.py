@@ -88,8 +88,8 @@ def replay(
     model: eo.Model = None,
     gpu: Gpu = None,
     port: Port = None,
-    launch: LaunchRequest = LaunchRequest(),
-    traffic: TrafficRequest = TrafficRequest(),
+    launch: LaunchRequest = LaunchRequest(),  # the eo.LAUNCH options, packed by with_groups
+    traffic: TrafficRequest = TrafficRequest(),  # the TRAFFIC options, likewise
     warmup: Warmup = 0,
     merged_chunks: MergedChunks = "spread",
     max_error_rate: MaxErrorRate = None,

@@ -105,8 +105,8 @@ def sweep(
     model: eo.Model = None,
     gpu: Gpu = None,
     profile: Profile = None,
-    launch: LaunchRequest = LaunchRequest(),
-    traffic: TrafficRequest = TrafficRequest(),
+    launch: LaunchRequest = LaunchRequest(),  # the eo.LAUNCH options, packed by with_groups
+    traffic: TrafficRequest = TrafficRequest(),  # the TRAFFIC options, likewise
     budgets: Budgets = None,
     align: Align = 256,
     goodput: Goodput = False,
