@@ -142,6 +142,7 @@ class _Group(TyperGroup):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **forward)
         argv = list(sys.argv[1:] if args is None else args)
+        self.argv = argv  # for Command: which spelling of an option the user typed
         try:
             result = super().main(argv, prog_name, complete_var, standalone_mode=False, **forward)
         except _click.exceptions.NoArgsIsHelpError as error:
@@ -188,10 +189,21 @@ class Command(TyperCommand):
         try:
             return super().invoke(ctx)
         except BudgettuneError as error:
-            flags = {param.name: max(param.opts, key=len) for param in self.params if param.opts}
-            if error.field in flags:
-                error.flag = flags[error.field]  # type: ignore[attr-defined]
+            argv = getattr(ctx.find_root().command, "argv", ())
+            for param in self.params:
+                if param.name == error.field and param.opts:
+                    error.flag = flag_spelling(param.opts, argv)  # type: ignore[attr-defined]
             raise
+
+
+def flag_spelling(opts: Sequence[str], argv: Sequence[str]) -> str:
+    """The spelling of an option the user typed (``--gpu`` where ``--gpu-name`` also works),
+    else its first long spelling."""
+    for word in argv:
+        for opt in opts:
+            if word == opt or word.startswith(opt + "="):
+                return opt
+    return next((opt for opt in opts if opt.startswith("--")), opts[0])
 
 
 def usage_error_line(error: Any, argv: Sequence[str]) -> str:
