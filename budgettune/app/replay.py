@@ -14,6 +14,7 @@ from budgettune.artifacts.results import Results, save_results
 from budgettune.core.metrics import MetricsSummary, summarize
 from budgettune.core.units import finite_or_none
 from budgettune.engines.base import EngineHandle, LaunchSpec, ProgressCallback
+from budgettune.engines.facts import EngineFacts
 from budgettune.engines.registry import get_engine
 from budgettune.loadgen.runner import (
     RunOptions,
@@ -23,7 +24,7 @@ from budgettune.loadgen.runner import (
     Target,
     run_schedule,
 )
-from budgettune.loadgen.server_metrics import server_side
+from budgettune.loadgen.server_metrics import ServerSide, server_side
 from budgettune.trace.schedule import Schedule
 
 FAILURE_REASONS_SHOWN = 5
@@ -52,8 +53,8 @@ class ReplayResult:
 
     outcome: RunOutcome
     summary: MetricsSummary
-    engine: dict[str, Any]
-    server: dict[str, Any]
+    engine: EngineFacts
+    server: ServerSide
     failure_reasons: dict[str, int]
     results_file: Path | None = None
     report_file: Path | None = None
@@ -64,15 +65,15 @@ class ReplayResult:
     def complete(self) -> bool:
         return self.outcome.complete and self.engine_crashed is None
 
-    def to_json(self) -> dict[str, Any]:  # read by key by the CLI's table
+    def to_json(self) -> dict[str, Any]:  # results.json's point and `replay --json`
         """One point in ``simulate``'s shape plus the load generator's self-check."""
         return {
-            "budget": self.engine.get("budget_tokens"),
+            "budget": self.engine.budget_tokens,
             "rate": self.rate_per_s or finite_or_none(self.outcome.target_rate_per_s),
             **self.summary.to_json(),
             "failure_reasons": self.failure_reasons,
-            "selfcheck": {**self.outcome.selfcheck(), "server": self.server},
-            "engine": {k: v for k, v in self.engine.items() if k != "log_tail"},
+            "selfcheck": {**self.outcome.selfcheck().to_json(), "server": self.server.to_json()},
+            "engine": self.engine.to_json(log_tail=False),
             "complete": self.complete,
             "results_file": str(self.results_file) if self.results_file else None,
         }
@@ -89,22 +90,6 @@ def failure_reasons(outcome: RunOutcome) -> dict[str, int]:
         counts[key] = counts.get(key, 0) + 1
     ranked = sorted(counts.items(), key=lambda item: -item[1])
     return dict(ranked[:FAILURE_REASONS_SHOWN])
-
-
-def _engine_facts(handle: EngineHandle, spec: LaunchSpec) -> dict[str, object]:
-    return {
-        "name": handle.engine,
-        "version": handle.version,
-        "url": handle.url,
-        "model": handle.model,
-        "budget_tokens": spec.budget_tokens,
-        "chunked_prefill": spec.chunked_prefill,
-        "max_num_seqs": spec.max_num_seqs,
-        "pid": handle.pid,
-        "command": list(handle.command),
-        "log": str(handle.log_path) if handle.log_path else None,
-        "startup_s": round(handle.startup_s, 3),
-    }
 
 
 async def _settle_exit(handle: EngineHandle, timeout_s: float = 2.0) -> None:
@@ -143,13 +128,12 @@ async def run_replay(
             on_progress=on_progress,
             stop_rule=stop_rule,
         )
-        facts = _engine_facts(handle, config.spec)
+        facts = EngineFacts.of(handle, config.spec)
         if any(not live.record.ok for live in outcome.records):
             await _settle_exit(handle)
         if not handle.alive():
             crashed = f"engine exited with status {handle.exit_code()} during the replay"
-            facts["crashed"] = crashed
-            facts["log_tail"] = handle.log_tail(30)
+            facts = facts.with_crash(crashed, handle.log_tail(30))
     summary = summarize([live.record for live in outcome.records],
                         warmup_requests=config.run.warmup_requests)  # fmt: skip
     result = ReplayResult(
@@ -180,7 +164,7 @@ def _results(config: ReplayConfig, result: ReplayResult) -> Results:
         config={**config.config, "traffic": config.traffic},
         points=[point],
         command=list(config.command),
-        engine=result.engine,
+        engine=result.engine.to_json(),
         hardware=None if config.hardware is None else dict(config.hardware),
         complete=result.complete,
         incomplete_reason="; ".join(reasons) or None,

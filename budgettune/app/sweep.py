@@ -417,10 +417,10 @@ async def _verify(
         else (StopReason.ERROR_RATE if status is Status.ABORTED else None),
         stop_message=outcome.stop_reason if stopped_early else None,
         error=result.engine_crashed or (outcome.stop_reason if status is Status.ABORTED else None),
-        log_tail=result.engine.get("log_tail"),
-        engine={k: v for k, v in result.engine.items() if k != "log_tail"},
+        log_tail=result.engine.log_tail,
+        engine=result.engine.to_json(log_tail=False),
         results_file=str(result.results_file) if result.results_file else None,
-        selfcheck=outcome.selfcheck(),
+        selfcheck=outcome.selfcheck().to_json(),
         wall_s=round(time.perf_counter() - started, 3),
     )
 

@@ -17,7 +17,7 @@ from budgettune.cli import _engine_options as eo
 from budgettune.cli._common import console, console_err, print_json, print_warning
 from budgettune.cli._groups import with_groups
 from budgettune.cli._trace_options import TRAFFIC
-from budgettune.core.units import format_ms
+from budgettune.core.units import finite_or_none, format_ms
 
 if TYPE_CHECKING:  # the live runner and the replay pipeline load when the command runs
     from budgettune.app.replay import ReplayConfig, ReplayResult
@@ -221,56 +221,55 @@ def _print_summary(result: ReplayResult, traffic: str) -> None:
     from rich import box
     from rich.table import Table
 
-    doc = result.to_json()
+    summary = result.summary
     engine = result.engine
     console.print(
-        f"{engine['name']} {engine['version']} at {engine['url']} (model {engine['model']}, "
-        f"budget {engine.get('budget_tokens') or 'default'}); {traffic}",
+        f"{engine.name} {engine.version} at {engine.url} (model {engine.model}, "
+        f"budget {engine.budget_tokens or 'default'}); {traffic}",
         highlight=False,
     )
     table = Table(title="Latency (after warm-up)", box=box.SIMPLE_HEAD, padding=(0, 1))
     table.add_column("metric")
     for column in ("p50", "p90", "p99", "p99.9", "max"):
         table.add_column(column, justify="right")
-    for name, key in (("TTFT", "ttft_ms"), ("TBT", "tbt_ms"), ("TPOT", "tpot_ms"),
-                      ("E2E", "e2e_ms")):  # fmt: skip
-        values = doc[key]
-        table.add_row(name, *(_ms_cell(values[k]) for k in ("p50", "p90", "p99", "p999", "max")))
+    for name, values in (("TTFT", summary.ttft_s), ("TBT", summary.tbt_s),
+                         ("TPOT", summary.tpot_s), ("E2E", summary.e2e_s)):  # fmt: skip
+        table.add_row(name, *(format_ms(v) for v in (values.p50, values.p90, values.p99,
+                                                      values.p999, values.max)))  # fmt: skip
     console.print(table)
-    throughput = doc["throughput_tokens_per_s"]
+    throughput = finite_or_none(summary.throughput_tokens_per_s)
     console.print(
-        f"completed {doc['completed']}, failed {doc['failed']}; output "
+        f"completed {summary.completed}, failed {summary.failed}; output "
         f"{throughput or 0:,.0f} tokens/s",
         highlight=False,
     )
     for reason, count in result.failure_reasons.items():
         console.print(f"  [red]{count} failed:[/red] {reason}", highlight=False)
-    check = doc["selfcheck"]
-    lag = check["send_lag_ms"]
-    target = check["target_rate_per_s"]
-    achieved = check["achieved_rate_per_s"]
+    check = result.outcome.selfcheck()
+    lag = check.send_lag
+    target = check.target_rate_per_s
+    achieved = check.achieved_rate_per_s
     console.print(
-        f"load generator: sent {check['sent']}/{check['scheduled']}, rate "
+        f"load generator: sent {check.sent}/{check.scheduled}, rate "
         f"{achieved if achieved is not None else float('nan'):.2f}/s of "
         f"{target if target is not None else float('nan'):.2f}/s target; send lag p50 "
-        f"{_lag_cell(lag['p50'])}, p99 {_lag_cell(lag['p99'])}, max {_lag_cell(lag['max'])}; "
-        f"merged chunks {check['merged_chunks']} of {check['chunks']} "
-        f"({check['merged_chunks_mode']})",
+        f"{_lag_cell(lag.p50_ms)}, p99 {_lag_cell(lag.p99_ms)}, max {_lag_cell(lag.max_ms)}; "
+        f"merged chunks {check.merged_chunks} of {check.chunks} "
+        f"({check.merged_chunks_mode})",
         highlight=False,
     )
-    server = check.get("server") or {}
-    if "ttft" in server or "itl" in server:
+    server = result.server
+    if server.ttft is not None or server.itl is not None:
         parts = []
-        for key, client_key, label in (("ttft", "ttft_ms", "TTFT"), ("itl", "tbt_ms", "ITL")):
-            if key in server:
-                s = server[key]
+        for figure, client, label in ((server.ttft, summary.ttft_s, "TTFT"),
+                                      (server.itl, summary.tbt_s, "ITL")):  # fmt: skip
+            if figure is not None:
                 parts.append(
-                    f"{label} p50 {_ms_cell(s['p50_ms'])} / p99 {_ms_cell(s['p99_ms'])} "
-                    f"(client {_ms_cell(doc[client_key]['p50'])} / "
-                    f"{_ms_cell(doc[client_key]['p99'])})"
+                    f"{label} p50 {_ms_cell(figure.p50_ms)} / p99 {_ms_cell(figure.p99_ms)} "
+                    f"(client {format_ms(client.p50)} / {format_ms(client.p99)})"
                 )
-        if "loop_lateness" in server:
-            parts.append(f"engine loop lateness p99 {_ms_cell(server['loop_lateness']['p99_ms'])}")
+        if server.loop_lateness is not None:
+            parts.append(f"engine loop lateness p99 {_ms_cell(server.loop_lateness.p99_ms)}")
         console.print("server /metrics (bucket estimates): " + "; ".join(parts), highlight=False)
     if result.results_file is not None:
         console.print(f"results: {result.results_file}", highlight=False)
@@ -281,27 +280,28 @@ def _print_summary(result: ReplayResult, traffic: str) -> None:
 def _finish(result: ReplayResult) -> None:
     """Warnings and the exit code: 130 when interrupted, 1 when aborted or the engine crashed."""
     check = result.outcome.selfcheck()
-    lag_p99 = check["send_lag_ms"]["p99"]
+    lag_p99 = check.send_lag.p99_ms
     if lag_p99 is not None and lag_p99 > LAG_WARN_MS:
-        timer_p99 = check["timer_lateness_ms"]["p99"] or 0.0
+        timer_p99 = check.timer_lateness.p99_ms or 0.0
         print_warning(
             f"requests went out late (send lag p99 {lag_p99:.1f} ms, of which the timer itself "
             f"woke {timer_p99:.1f} ms late): this machine is busy"
         )
-    lateness = (result.server.get("loop_lateness") or {}).get("p99_ms")
+    loop = result.server.loop_lateness
+    lateness = loop.p99_ms if loop is not None else None
     if lateness is not None and lateness > LAG_WARN_MS:
         print_warning(
             f"the sim engine ended iterations late (p99 {lateness:.1f} ms): this machine is "
             "busy; its latencies include that delay"
         )
-    if check["merged_chunks_warning"]:
+    if check.merged_chunks_warning:
         print_warning(
-            f"{check['merged_chunk_share']:.1%} of stream chunks carried more than one token "
-            f"({check['merged_chunks_mode']} applied); TBT percentiles depend on that choice"
+            f"{check.merged_chunk_share:.1%} of stream chunks carried more than one token "
+            f"({check.merged_chunks_mode} applied); TBT percentiles depend on that choice"
         )
     if result.engine_crashed:
         console_err.print(f"[bold red]error:[/bold red] {result.engine_crashed}", highlight=False)
-        tail = result.engine.get("log_tail") or ""
+        tail = result.engine.log_tail or ""
         for line in tail.splitlines()[-10:]:
             console_err.print(f"    {line}", markup=False, highlight=False)
         raise typer.Exit(1)

@@ -29,6 +29,7 @@ from budgettune.loadgen.client import (
     completion_request,
     stream_completion,
 )
+from budgettune.loadgen.selfcheck import LagStats, SelfCheck
 from budgettune.loadgen.server_metrics import ServerSnapshot, scrape
 from budgettune.loadgen.stop import Stop, StopReason
 from budgettune.loadgen.transport import SEND_AT, SendTime, async_client
@@ -189,7 +190,7 @@ class RunOutcome:
         """Records after warm-up: the ones statistics are computed over."""
         return [live.record for live in self.records if not live.warmup]
 
-    def selfcheck(self) -> dict[str, Any]:  # read by key by the CLI
+    def selfcheck(self) -> SelfCheck:
         """The load generator's own accuracy: achieved vs target rate; send lag (request on the
         socket - target) and, within it, the timer's own lateness (the machine's share);
         merged chunks."""
@@ -202,36 +203,32 @@ class RunOutcome:
         chunks = int(sum(len(live.chunk_tokens) for live in self.records))
         merged = int(sum(live.record.merged_chunks for live in self.records))
         share = merged / chunks if chunks else 0.0
-
-        def stats(values_ms: FloatArray) -> dict[str, float | None]:
-            if not len(values_ms):
-                return {"p50": None, "p99": None, "max": None}
-            p50, p99 = np.percentile(values_ms, [50, 99])
-            return {
-                "p50": round(float(p50), 4),
-                "p99": round(float(p99), 4),
-                "max": round(float(values_ms.max()), 4),
-            }
-
         wake_ms = self.wake_late_s[: len(lag_ms)] * 1e3
         wake_ms = wake_ms[np.isfinite(wake_ms)]  # requests never written have no release time
+        return SelfCheck(
+            scheduled=self.scheduled,
+            sent=len(self.records),
+            target_rate_per_s=finite_or_none(self.target_rate_per_s, digits=4),
+            achieved_rate_per_s=finite_or_none(achieved, digits=4),
+            send_lag=_lag_stats(lag_ms),
+            timer_lateness=_lag_stats(wake_ms),
+            chunks=chunks,
+            merged_chunks=merged,
+            merged_chunk_share=round(share, 6),
+            merged_chunks_mode=self.merged_chunks_mode,
+            merged_chunks_warning=share > MERGED_WARN_SHARE,
+            complete=self.complete,
+            stop_reason=self.stop_reason,
+            duration_s=round(self.duration_s, 4),
+        )
 
-        return {
-            "scheduled": self.scheduled,
-            "sent": len(self.records),
-            "target_rate_per_s": finite_or_none(self.target_rate_per_s, digits=4),
-            "achieved_rate_per_s": finite_or_none(achieved, digits=4),
-            "send_lag_ms": stats(lag_ms),
-            "timer_lateness_ms": stats(wake_ms),
-            "chunks": chunks,
-            "merged_chunks": merged,
-            "merged_chunk_share": round(share, 6),
-            "merged_chunks_mode": self.merged_chunks_mode,
-            "merged_chunks_warning": share > MERGED_WARN_SHARE,
-            "complete": self.complete,
-            "stop_reason": self.stop_reason,
-            "duration_s": round(self.duration_s, 4),
-        }
+
+def _lag_stats(values_ms: FloatArray) -> LagStats:
+    """p50, p99 and max (ms, 4 decimals) of the values; None each when there are none."""
+    if not len(values_ms):
+        return LagStats()
+    p50, p99 = np.percentile(values_ms, [50, 99])
+    return LagStats(round(float(p50), 4), round(float(p99), 4), round(float(values_ms.max()), 4))
 
 
 def token_times_s(chunk_times_s: FloatArray, chunk_tokens: IntArray, mode: str) -> FloatArray:

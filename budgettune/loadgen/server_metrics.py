@@ -9,7 +9,8 @@ Percentiles come from bucket counts by linear interpolation inside the bucket (a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import httpx
 
@@ -131,47 +132,83 @@ async def scrape(client: httpx.AsyncClient, base_url: str) -> ServerSnapshot | N
     return parse_prometheus(response.text)
 
 
-def _summary(histogram: HistogramData, name: str) -> dict[str, object]:
-    def ms(value: float | None) -> float | None:
-        return None if value is None else round(value * 1e3, 3)
+@dataclass(slots=True, frozen=True)
+class HistogramSummary:
+    """One server histogram over the run: which metric, how many samples, mean, p50 and p99 in
+    milliseconds (bucket estimates, 3 decimals; None when it has no samples)."""
 
-    mean = histogram.total / histogram.count if histogram.count > 0 else None
-    return {
-        "metric": name,
-        "count": int(histogram.count),
-        "mean_ms": ms(mean),
-        "p50_ms": ms(histogram.quantile(0.5)),
-        "p99_ms": ms(histogram.quantile(0.99)),
-    }
+    metric: str
+    count: int
+    mean_ms: float | None
+    p50_ms: float | None
+    p99_ms: float | None
+
+    @classmethod
+    def of(cls, histogram: HistogramData, name: str) -> HistogramSummary:
+        def ms(value: float | None) -> float | None:
+            return None if value is None else round(value * 1e3, 3)
+
+        mean = histogram.total / histogram.count if histogram.count > 0 else None
+        return cls(
+            metric=name,
+            count=int(histogram.count),
+            mean_ms=ms(mean),
+            p50_ms=ms(histogram.quantile(0.5)),
+            p99_ms=ms(histogram.quantile(0.99)),
+        )
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "metric": self.metric,
+            "count": self.count,
+            "mean_ms": self.mean_ms,
+            "p50_ms": self.p50_ms,
+            "p99_ms": self.p99_ms,
+        }
 
 
-def server_side(before: ServerSnapshot | None, after: ServerSnapshot | None) -> dict[str, object]:
+@dataclass(slots=True, frozen=True)
+class ServerSide:
+    """The server's own figures over a run: TTFT, inter-token latency and (the sim engine's)
+    loop lateness, each None when the server does not export it, and the increase of the
+    :data:`COUNTERS` it exports (named without the ``vllm:`` prefix)."""
+
+    ttft: HistogramSummary | None = None
+    itl: HistogramSummary | None = None
+    loop_lateness: HistogramSummary | None = None
+    counters: Mapping[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, object]:
+        """The ``selfcheck.server`` record: only the figures the server exported (``{}`` for a
+        server without /metrics)."""
+        out: dict[str, object] = {}
+        for key, summary in (("ttft", self.ttft), ("itl", self.itl),
+                             ("loop_lateness", self.loop_lateness)):  # fmt: skip
+            if summary is not None:
+                out[key] = summary.to_json()
+        out.update(self.counters)
+        return out
+
+
+def server_side(before: ServerSnapshot | None, after: ServerSnapshot | None) -> ServerSide:
     """The server's own TTFT and ITL over the run (after - before), bucket-estimated, and the
     counters' increase. Empty when the server exposes no metrics."""
     if after is None:
-        return {}
-    out: dict[str, object] = {}
+        return ServerSide()
 
-    def delta(name: str) -> HistogramData | None:
+    def delta(name: str) -> HistogramSummary | None:
         now = after.histograms.get(name)
         if now is None:
             return None
         then = before.histograms.get(name) if before is not None else None
-        return now.minus(then) if then is not None else now
+        return HistogramSummary.of(now.minus(then) if then is not None else now, name)
 
-    ttft = delta(TTFT_METRIC)
-    if ttft is not None:
-        out["ttft"] = _summary(ttft, TTFT_METRIC)
-    for name in ITL_METRICS:
-        itl = delta(name)
-        if itl is not None:
-            out["itl"] = _summary(itl, name)
-            break
-    lateness = delta(LATENESS_METRIC)
-    if lateness is not None:
-        out["loop_lateness"] = _summary(lateness, LATENESS_METRIC)
+    itl = next((s for s in map(delta, ITL_METRICS) if s is not None), None)
+    counters: dict[str, float] = {}
     for name in COUNTERS:
         if name in after.counters:
             base = before.counters.get(name, 0.0) if before is not None else 0.0
-            out[name.removeprefix("vllm:")] = after.counters[name] - base
-    return out
+            counters[name.removeprefix("vllm:")] = after.counters[name] - base
+    return ServerSide(
+        ttft=delta(TTFT_METRIC), itl=itl, loop_lateness=delta(LATENESS_METRIC), counters=counters
+    )

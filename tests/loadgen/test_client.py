@@ -161,10 +161,17 @@ def test_prometheus_difference_and_bucket_quantiles_by_hand() -> None:
     before, after = parse_prometheus(PROM_BEFORE), parse_prometheus(PROM_AFTER)
     out = server_side(before, after)
     # Over the run: 2 samples in (0, 0.1], 8 in (0.1, 0.2]; mean (1.55 - 0.05) / 10 = 0.15 s.
-    assert out["ttft"]["count"] == 10
-    assert out["ttft"]["mean_ms"] == pytest.approx(150.0)
+    assert out.ttft is not None and out.ttft.count == 10
+    assert out.ttft.mean_ms == pytest.approx(150.0)
     # p50: rank 5 -> 3 of the 8 in the second bucket -> 0.1 + 0.1 * 3/8.
-    assert out["ttft"]["p50_ms"] == pytest.approx(137.5)
-    assert out["ttft"]["p99_ms"] == pytest.approx(100 + 100 * (9.9 - 2) / 8)
-    assert out["num_preemptions_total"] == 3.0
-    assert server_side(None, None) == {}
+    assert out.ttft.p50_ms == pytest.approx(137.5)
+    assert out.ttft.p99_ms == pytest.approx(100 + 100 * (9.9 - 2) / 8)
+    assert out.counters["num_preemptions_total"] == 3.0
+    assert out.itl is None and out.loop_lateness is None
+    # The document holds only what the server exported, under the names results.json uses.
+    doc = out.to_json()
+    assert list(doc) == ["ttft", "num_preemptions_total"]
+    assert doc["ttft"] == {"metric": "vllm:time_to_first_token_seconds", "count": 10,
+                           "mean_ms": out.ttft.mean_ms, "p50_ms": out.ttft.p50_ms,
+                           "p99_ms": out.ttft.p99_ms}  # fmt: skip
+    assert server_side(None, None).to_json() == {}

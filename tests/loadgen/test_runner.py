@@ -63,16 +63,17 @@ def test_exact_token_counts_send_times_and_selfcheck(tmp_path: Path) -> None:
         assert np.all(np.diff(record.token_times_s) >= 0)
         assert record.token_times_s[0] > record.sent_s >= record.target_s - 1e-4  # never early
     check = outcome.selfcheck()
-    assert check["sent"] == check["scheduled"] == n and check["merged_chunks"] == 0
+    assert check.sent == check.scheduled == n and check.merged_chunks == 0
     # The send time is after the timer woke (the lag includes the timer's own lateness).
     lags = np.array([live.record.sent_s - live.record.target_s for live in outcome.records])
     assert len(outcome.wake_late_s) == n and np.all(lags >= outcome.wake_late_s - 1e-6)
-    assert check["timer_lateness_ms"]["max"] <= check["send_lag_ms"]["max"]
-    assert check["send_lag_ms"]["max"] < 50  # loose: the machine is shared
+    assert check.timer_lateness.max_ms is not None and check.send_lag.max_ms is not None
+    assert check.timer_lateness.max_ms <= check.send_lag.max_ms
+    assert check.send_lag.max_ms < 50  # loose: the machine is shared
     # The server's own counters over the run (the readiness request came before it).
     server = server_side(outcome.server_before, outcome.server_after)
-    assert server["generation_tokens_total"] == sum(schedule.output_tokens)
-    assert server["ttft"]["count"] == n
+    assert server.counters["generation_tokens_total"] == sum(schedule.output_tokens)
+    assert server.ttft is not None and server.ttft.count == n
     summary = summarize([live.record for live in outcome.records])
     assert summary.completed == n and summary.failed == 0
 
@@ -192,5 +193,5 @@ def test_merged_chunks_are_counted_and_spread(tmp_path: Path) -> None:
                 assert np.allclose(within_chunk_gaps, within_chunk_gaps[0]) and times[1] > times[0]
                 assert within_chunk_gaps[0] == pytest.approx((times[4] - times[0]) / 4)
         check = outcome.selfcheck()
-        assert (check["merged_chunks"], check["chunks"]) == (4, 8)
-        assert check["merged_chunks_warning"] and check["merged_chunks_mode"] == mode
+        assert (check.merged_chunks, check.chunks) == (4, 8)
+        assert check.merged_chunks_warning and check.merged_chunks_mode == mode

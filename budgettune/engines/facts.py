@@ -1,0 +1,72 @@
+"""The facts a replay records about the engine it measured (results.json ``engine``, a sweep
+point's ``engine``), as one type: read by attribute by the CLI and the sweep, written to JSON
+only by :meth:`EngineFacts.to_json`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from budgettune.engines.base import EngineHandle, LaunchSpec
+
+
+@dataclass(slots=True, frozen=True)
+class EngineFacts:
+    """Which engine served a replay and how it was launched. ``crashed`` (why the engine is
+    gone) and ``log_tail`` (its last log lines) are set only when it exited during the run."""
+
+    name: str
+    version: str
+    url: str
+    model: str
+    budget_tokens: int | None
+    chunked_prefill: bool
+    max_num_seqs: int | None
+    pid: int | None
+    command: tuple[str, ...]
+    log: str | None
+    startup_s: float
+    crashed: str | None = None
+    log_tail: str | None = None
+
+    @classmethod
+    def of(cls, handle: EngineHandle, spec: LaunchSpec) -> EngineFacts:
+        """The handle's facts and the budget settings the engine was launched with."""
+        return cls(
+            name=handle.engine,
+            version=handle.version,
+            url=handle.url,
+            model=handle.model,
+            budget_tokens=spec.budget_tokens,
+            chunked_prefill=spec.chunked_prefill,
+            max_num_seqs=spec.max_num_seqs,
+            pid=handle.pid,
+            command=tuple(handle.command),
+            log=str(handle.log_path) if handle.log_path else None,
+            startup_s=round(handle.startup_s, 3),
+        )
+
+    def with_crash(self, crashed: str, log_tail: str) -> EngineFacts:
+        """These facts for an engine that exited during the run."""
+        return replace(self, crashed=crashed, log_tail=log_tail)
+
+    def to_json(self, *, log_tail: bool = True) -> dict[str, object]:
+        """The JSON record (results.json's ``engine``); ``crashed`` and ``log_tail`` appear only
+        for a crashed engine, and ``log_tail=False`` leaves the tail out (a point's copy)."""
+        doc: dict[str, object] = {
+            "name": self.name,
+            "version": self.version,
+            "url": self.url,
+            "model": self.model,
+            "budget_tokens": self.budget_tokens,
+            "chunked_prefill": self.chunked_prefill,
+            "max_num_seqs": self.max_num_seqs,
+            "pid": self.pid,
+            "command": list(self.command),
+            "log": self.log,
+            "startup_s": self.startup_s,
+        }
+        if self.crashed is not None:
+            doc["crashed"] = self.crashed
+        if log_tail and self.log_tail is not None:
+            doc["log_tail"] = self.log_tail
+        return doc
