@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from budgettune.app.requests import RooflineRequest
 from budgettune.core.errors import SpecError
@@ -36,68 +35,129 @@ def parse_prefill_chunk(text: str) -> PrefillChunk:
     return PrefillChunk(tokens, offset)
 
 
-def iteration_report(
+@dataclass(frozen=True, slots=True)
+class IterationTime:
+    """One iteration's modelled time and what makes it up (``roofline --prefill/--decodes``)."""
+
+    ridge_tokens: float
+    step_s: float
+    prefill_tokens: int
+    decodes: int
+    context_tokens: int
+    compute_bound: bool
+    mode: str
+
+    @property
+    def tokens(self) -> int:
+        return self.prefill_tokens + self.decodes
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "ridge_tokens": self.ridge_tokens,
+            "step_ms": self.step_s * 1e3,
+            "prefill_tokens": self.prefill_tokens,
+            "decodes": self.decodes,
+            "context_tokens": self.context_tokens,
+            "tokens": self.tokens,
+            "compute_bound": self.compute_bound,
+            "mode": self.mode,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkingTimes:
+    """Prefilling one prompt at several chunk sizes, against one iteration holding it all
+    (``roofline --prompt``)."""
+
+    ridge_tokens: float
+    prompt_tokens: int
+    decodes: int
+    context_tokens: int
+    mode: str
+    one_shot_s: float
+    chunked: tuple[ChunkedPrefill, ...]
+
+    def below_ridge(self, result: ChunkedPrefill) -> bool:
+        """Its chunks are too small to reach the compute-bound regime."""
+        return result.chunk_tokens < self.ridge_tokens
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "ridge_tokens": self.ridge_tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "decodes": self.decodes,
+            "context_tokens": self.context_tokens,
+            "mode": self.mode,
+            "one_shot_ms": self.one_shot_s * 1e3,
+            "chunking": [
+                {
+                    "chunk_tokens": r.chunk_tokens,
+                    "total_ms": r.total_s * 1e3,
+                    "overhead_pct": r.overhead_pct,
+                    "below_ridge": self.below_ridge(r),
+                    "step_ms": [s * 1e3 for s in r.step_s],
+                }
+                for r in self.chunked
+            ],
+        }
+
+
+def iteration_time(
     model: StepModel, chunks: list[PrefillChunk], decodes: int, context_tokens: int
-) -> dict[str, Any]:
-    """The JSON document for one iteration: its time and what makes it up."""
+) -> IterationTime:
+    """One iteration holding ``chunks`` and ``decodes`` decodes at ``context_tokens``."""
     prompt_chunks = [(c.tokens, c.offset) for c in chunks]
     contexts = [context_tokens] * decodes
-    step_s = model.iteration_time_s(prompt_chunks, contexts)
-    prefill_tokens = sum(c.tokens for c in chunks)
-    return {
-        "ridge_tokens": model.ridge_tokens,
-        "step_ms": step_s * 1e3,
-        "prefill_tokens": prefill_tokens,
-        "decodes": decodes,
-        "context_tokens": context_tokens,
-        "tokens": prefill_tokens + decodes,
-        "compute_bound": model.compute_bound(prompt_chunks, contexts),
-        "mode": model.mode,
-    }
+    return IterationTime(
+        ridge_tokens=model.ridge_tokens,
+        step_s=model.iteration_time_s(prompt_chunks, contexts),
+        prefill_tokens=sum(c.tokens for c in chunks),
+        decodes=decodes,
+        context_tokens=context_tokens,
+        compute_bound=model.compute_bound(prompt_chunks, contexts),
+        mode=model.mode,
+    )
 
 
-def chunking_report(
+def chunking_times(
     model: StepModel,
     prompt_tokens: int,
     chunk_sizes: list[int],
     decodes: int,
     context_tokens: int,
-) -> dict[str, Any]:
-    """The JSON document for prefilling one prompt at several chunk sizes."""
-    results: list[ChunkedPrefill] = [
-        chunked_prefill(model, prompt_tokens, size, decodes=decodes, context_tokens=context_tokens)
-        for size in chunk_sizes
-    ]
-    one_shot_s = model.iteration_time_s([(prompt_tokens, 0)], [context_tokens] * decodes)
-    return {
-        "ridge_tokens": model.ridge_tokens,
-        "prompt_tokens": prompt_tokens,
-        "decodes": decodes,
-        "context_tokens": context_tokens,
-        "mode": model.mode,
-        "one_shot_ms": one_shot_s * 1e3,
-        "chunking": [
-            {
-                "chunk_tokens": r.chunk_tokens,
-                "total_ms": r.total_s * 1e3,
-                "overhead_pct": r.overhead_pct,
-                "below_ridge": r.chunk_tokens < model.ridge_tokens,
-                "step_ms": [s * 1e3 for s in r.step_s],
-            }
-            for r in results
-        ],
-    }
+) -> ChunkingTimes:
+    """Prefilling one prompt of ``prompt_tokens`` at each of ``chunk_sizes``."""
+    return ChunkingTimes(
+        ridge_tokens=model.ridge_tokens,
+        prompt_tokens=prompt_tokens,
+        decodes=decodes,
+        context_tokens=context_tokens,
+        mode=model.mode,
+        one_shot_s=model.iteration_time_s([(prompt_tokens, 0)], [context_tokens] * decodes),
+        chunked=tuple(
+            chunked_prefill(
+                model, prompt_tokens, size, decodes=decodes, context_tokens=context_tokens
+            )
+            for size in chunk_sizes
+        ),
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class RooflineAnswer:
-    """The answer to a roofline request: ``chunking`` (a prompt at several chunk sizes) or
-    not (one iteration), and its JSON document; ``asked_iteration``: the request named an
-    iteration's contents (else the document is about the ridge alone)."""
+    """The answer to a roofline request: a prompt at several chunk sizes, or one iteration;
+    ``asked_iteration``: the request named an iteration's contents (else the answer is about
+    the ridge alone)."""
 
-    chunking: bool
+    times: IterationTime | ChunkingTimes
     asked_iteration: bool
-    doc: dict[str, Any]
+
+    def to_json(self) -> dict[str, object]:
+        """The ``roofline --json`` document (the ridge alone when no iteration was asked)."""
+        times = self.times
+        if isinstance(times, IterationTime) and not self.asked_iteration:
+            return {"ridge_tokens": times.ridge_tokens, "mode": times.mode}  # no 0 ms step
+        return times.to_json()
 
 
 def answer(request: RooflineRequest) -> RooflineAnswer:
@@ -119,8 +179,10 @@ def answer(request: RooflineRequest) -> RooflineAnswer:
     step_model = step_model_of(request.model)
     if request.prompt is not None:
         sizes = parse_int_list(request.chunk_sizes, field="chunk_sizes")
-        doc = chunking_report(step_model, request.prompt, sizes, request.decodes, request.context)
-        return RooflineAnswer(chunking=True, asked_iteration=True, doc=doc)
+        chunked = chunking_times(
+            step_model, request.prompt, sizes, request.decodes, request.context
+        )
+        return RooflineAnswer(chunked, asked_iteration=True)
     chunks = [parse_prefill_chunk(text) for text in request.prefill]
-    doc = iteration_report(step_model, chunks, request.decodes, request.context)
-    return RooflineAnswer(chunking=False, asked_iteration=bool(chunks or request.decodes), doc=doc)
+    times = iteration_time(step_model, chunks, request.decodes, request.context)
+    return RooflineAnswer(times, asked_iteration=bool(chunks or request.decodes))

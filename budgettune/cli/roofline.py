@@ -43,7 +43,7 @@ def roofline(
     With --prefill/--decodes: the time of one iteration holding them. With --prompt: the time to
     prefill that prompt in chunks of each --chunk-sizes value, against one iteration.
     """
-    from budgettune.app.roofline import answer
+    from budgettune.app.roofline import ChunkingTimes, answer
 
     request = RooflineRequest(
         model=model,
@@ -54,47 +54,42 @@ def roofline(
         chunk_sizes=chunk_sizes,
     )
     found = answer(request)
-    doc = found.doc
+    if as_json:
+        print_json(found.to_json())
+        return
     mode = model.mode
-    if found.chunking:
-        if as_json:
-            print_json(doc)
-            return
+    times = found.times
+    if isinstance(times, ChunkingTimes):
         from rich.table import Table
 
         table = Table(
             title=f"Prefilling {prompt} tokens"
             + (f" beside {decodes} decodes at context {context}" if decodes else "")
-            + f" ({mode}; ridge P* = {doc['ridge_tokens']:.0f} tokens)"
+            + f" ({mode}; ridge P* = {times.ridge_tokens:.0f} tokens)"
         )
         for column in ("chunk, tokens", "iterations", "per iteration, ms", "total, ms", "overhead"):
             table.add_column(column, justify="right")
-        for row in doc["chunking"]:
-            steps = row["step_ms"]
+        for row in times.chunked:
+            steps = [s * 1e3 for s in row.step_s]
             per = f"{steps[0]:.2f}" if len(steps) == 1 else f"{min(steps):.2f}-{max(steps):.2f}"
-            mark = " [red](below ridge)[/red]" if row["below_ridge"] else ""
+            mark = " [red](below ridge)[/red]" if times.below_ridge(row) else ""
             table.add_row(
-                f"{row['chunk_tokens']}{mark}",
+                f"{row.chunk_tokens}{mark}",
                 str(len(steps)),
                 per,
-                f"{row['total_ms']:.2f}",
-                f"{row['overhead_pct']:+.1f}%",
+                f"{row.total_s * 1e3:.2f}",
+                f"{row.overhead_pct:+.1f}%",
             )
         console.print(table)
-        console.print(f"One iteration with the whole prompt: {doc['one_shot_ms']:.2f} ms")
-        return
-    if as_json:
-        if not found.asked_iteration:  # no iteration asked about: the ridge alone, no 0 ms step
-            doc = {"ridge_tokens": doc["ridge_tokens"], "mode": doc["mode"]}
-        print_json(doc)
+        console.print(f"One iteration with the whole prompt: {times.one_shot_s * 1e3:.2f} ms")
         return
     console.print(
-        f"Ridge P* = [bold]{doc['ridge_tokens']:.0f}[/bold] tokens per iteration "
+        f"Ridge P* = [bold]{times.ridge_tokens:.0f}[/bold] tokens per iteration "
         f"(below: memory-bound, every iteration pays a full weight read; above: compute-bound)."
     )
     if found.asked_iteration:
-        bound = "compute-bound" if doc["compute_bound"] else "memory-bound"
+        bound = "compute-bound" if times.compute_bound else "memory-bound"
         console.print(
-            f"One iteration of {doc['prefill_tokens']} prompt tokens and {decodes} decodes at "
-            f"context {context}: [bold]{doc['step_ms']:.2f} ms[/bold] ({mode}, {bound})."
+            f"One iteration of {times.prefill_tokens} prompt tokens and {decodes} decodes at "
+            f"context {context}: [bold]{times.step_s * 1e3:.2f} ms[/bold] ({mode}, {bound})."
         )
