@@ -12,7 +12,6 @@ import platform
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from budgettune.app.launch import launch_spec, resolve_engine
 from budgettune.app.replay import ReplayConfig
@@ -20,7 +19,7 @@ from budgettune.app.requests import DEFAULT_GPU, DEFAULT_MODEL, ReplayRequest
 from budgettune.app.simulate import file_sha256, parse_budgets
 from budgettune.app.traffic import Traffic, build_traffic, max_model_len_tokens
 from budgettune.core.errors import SpecError
-from budgettune.core.hardware import resolve_gpu, resolve_model
+from budgettune.core.hardware import HardwareFacts, resolve_gpu, resolve_model
 from budgettune.core.slo import SLO
 from budgettune.core.units import parse_duration_s
 from budgettune.loadgen.runner import MERGED_MODES, RunOptions
@@ -111,6 +110,7 @@ def prepare_replay(
         warmup_requests=request.warmup,
     )
     t = traffic_request
+    facts = hardware_facts(engine, model, gpu)
     config = ReplayConfig(
         engine=engine,
         spec=spec,
@@ -137,7 +137,7 @@ def prepare_replay(
             python_version=platform.python_version(),
             trace_sha256=file_sha256(t.trace) if t.trace else None,
         ),
-        hardware=hardware_facts(engine, model, gpu),
+        hardware=None if facts is None else facts.to_json(),
         rate_per_s=t.rate,
     )  # fmt: skip
     return PreparedReplay(config, traffic, slo)
@@ -155,27 +155,21 @@ def judged_slo(tbt_s: float | None, ttft_s: float | None, percentile: float) -> 
     )
 
 
-def hardware_facts(engine: str, model: str | None, gpu: str | None) -> dict[str, Any] | None:
+def hardware_facts(engine: str, model: str | None, gpu: str | None) -> HardwareFacts | None:
     """GPU and model facts known from the request (the sim engine's defaults when unset), for
-    results.json; an external server's hardware is unknown."""
+    results.json; None when nothing is known (an external server's hardware never is)."""
     if engine == "external":
         return None
     if engine == "sim":
         model, gpu = model or DEFAULT_MODEL, gpu or DEFAULT_GPU
-    facts: dict[str, Any] = {}
-    if gpu is not None:
-        card = resolve_gpu(gpu)
-        facts.update(
-            gpu=card.name,
-            peak_tflops=card.peak_flops / 1e12,
-            bandwidth_tbs=card.bandwidth_bytes_per_s / 1e12,
-            memory_gb=card.memory_bytes / 1e9,
-        )
+    card = resolve_gpu(gpu) if gpu is not None else None
+    params = None
     if model is not None:
-        facts["model"] = model
         try:
             shape = resolve_model(model)
-            facts.update(model=shape.name, params=shape.params)
+            model, params = shape.name, shape.params
         except SpecError:
             pass  # a hub name the engine resolves itself: keep the name only
-    return facts or None
+    if card is None and model is None:
+        return None
+    return HardwareFacts(gpu=card, model=model, params=params)

@@ -19,6 +19,7 @@ import numpy.typing as npt
 from budgettune.app.requests import SIMULATE_BUDGETS
 from budgettune.core import metrics
 from budgettune.core.errors import SpecError
+from budgettune.core.hardware import HardwareFacts
 from budgettune.core.metrics import MetricsSummary, summarize
 from budgettune.core.records import RequestRecord
 from budgettune.core.slo import SLO
@@ -300,7 +301,7 @@ def simulate_results(
     *,
     config: dict[str, Any],
     command: Sequence[str],
-    hardware: dict[str, Any] | None,
+    hardware: HardwareFacts | None,
     trace: Path | None = None,
 ) -> Results:
     """The ``simulate`` results document: ``config`` (every option's value) plus the trace's
@@ -315,7 +316,7 @@ def simulate_results(
         config=config,
         points=report.results_points(),
         command=list(command),
-        hardware=hardware,
+        hardware=None if hardware is None else hardware.to_json(),
     )
 
 

@@ -23,7 +23,7 @@ from budgettune.app.simulate import Budget, SimulateReport, parse_budgets, run_s
 from budgettune.app.step_model import gpu_of, step_model_of
 from budgettune.app.traffic import Traffic, build_traffic
 from budgettune.core.errors import SpecError
-from budgettune.core.hardware import GPU
+from budgettune.core.hardware import GPU, HardwareFacts
 from budgettune.core.slo import SLO
 from budgettune.core.units import parse_duration_s
 from budgettune.model.stepmodel import StepModel
@@ -191,15 +191,9 @@ def write_simulation(
         "slo_ttft_s": slo.ttft_s,
         "python_version": platform.python_version(),
     }
-    hardware = {
-        "gpu": gpu.name,
-        "peak_tflops": gpu.peak_flops / 1e12,
-        "bandwidth_tbs": gpu.bandwidth_bytes_per_s / 1e12,
-        "memory_gb": gpu.memory_bytes / 1e9,
-        "model": shape_name,
-        "params": step_model.params,
-        "ridge_tokens": step_model.ridge_tokens,
-    }
+    hardware = HardwareFacts(
+        gpu=gpu, model=shape_name, params=step_model.params, ridge_tokens=step_model.ridge_tokens
+    )
     results = simulate_results(
         report,
         config=config,

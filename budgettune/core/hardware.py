@@ -61,6 +61,36 @@ def resolve_gpu(name: str) -> GPU:
     return GPU_PRESETS[key]
 
 
+@dataclass(frozen=True, slots=True)
+class HardwareFacts:
+    """What a run knew about its hardware and model, for results.json's ``hardware``: the GPU's
+    peak figures, the model's name and parameter count (None: a hub name only the engine
+    resolves) and, where the step-time model was built, its ridge."""
+
+    gpu: GPU | None = None
+    model: str | None = None
+    params: float | None = None  # as counted: an int from a shape, a float from a model
+    ridge_tokens: float | None = None
+
+    def to_json(self) -> dict[str, object]:
+        """Only the facts known, in units a reader expects (TFLOP/s, TB/s, GB)."""
+        doc: dict[str, object] = {}
+        if self.gpu is not None:
+            doc.update(
+                gpu=self.gpu.name,
+                peak_tflops=self.gpu.peak_flops / 1e12,
+                bandwidth_tbs=self.gpu.bandwidth_bytes_per_s / 1e12,
+                memory_gb=self.gpu.memory_bytes / 1e9,
+            )
+        if self.model is not None:
+            doc["model"] = self.model
+        if self.params is not None:
+            doc["params"] = self.params
+        if self.ridge_tokens is not None:
+            doc["ridge_tokens"] = self.ridge_tokens
+        return doc
+
+
 def custom_gpu(peak_tflops: float, bandwidth_tbs: float, memory_gb: float) -> GPU:
     """A GPU from explicit figures (TFLOP/s, TB/s, GB); each must be positive."""
     for field, value in (
