@@ -280,7 +280,7 @@ def test_budgets_trade_decoder_gaps_for_ttft(
             result, stall_s = asyncio.run(replay_watching_the_client(config, schedule, handles))
         handle = handles[0]
         assert result.engine_crashed is None and result.complete
-        assert result.engine["version"] == handle.version != "unknown"
+        assert result.engine.version == handle.version != "unknown"
         # Every request completes with exactly its token count.
         for live, want in zip(result.outcome.records, schedule.output_tokens, strict=True):
             assert live.record.error is None, live.record.error
