@@ -199,10 +199,9 @@ class Command(TyperCommand):
 def flag_spelling(opts: Sequence[str], argv: Sequence[str]) -> str:
     """The spelling of an option the user typed (``--gpu`` where ``--gpu-name`` also works),
     else its first long spelling."""
-    for word in argv:
-        for opt in opts:
-            if word == opt or word.startswith(opt + "="):
-                return opt
+    given = _given(opts, argv)
+    if given is not None:
+        return given[0]
     return next((opt for opt in opts if opt.startswith("--")), opts[0])
 
 
@@ -211,22 +210,24 @@ def usage_error_line(error: Any, argv: Sequence[str]) -> str:
     command = error.ctx.command_path if getattr(error, "ctx", None) else "budgettune"
     see = f"(see '{command} --help')"
     opts = getattr(getattr(error, "param", None), "opts", None) or []
-    value = _value_given(opts, argv) if opts and error.message else None
+    given = _given(opts, argv) if opts and error.message else None
+    value = None if given is None else given[1]
     if value is None:
         return f"{error.format_message()} {see}"
     return f"{max(opts, key=len)}: got {value!r}: {error.message} {see}"
 
 
-def _value_given(opts: Sequence[str], argv: Sequence[str]) -> str | None:
-    """The text the user gave an option (``--rate abc`` or ``--rate=abc``), last one wins."""
-    value = None
+def _given(opts: Sequence[str], argv: Sequence[str]) -> tuple[str, str | None] | None:
+    """Where the user gave an option, last one wins: the spelling typed and the text after it
+    (``--rate abc`` or ``--rate=abc``; None when nothing follows); None when not given."""
+    found = None
     for index, word in enumerate(argv):
         for opt in opts:
-            if word == opt and index + 1 < len(argv):
-                value = argv[index + 1]
+            if word == opt:
+                found = (opt, argv[index + 1] if index + 1 < len(argv) else None)
             elif word.startswith(opt + "="):
-                value = word[len(opt) + 1 :]
-    return value
+                found = (opt, word[len(opt) + 1 :])
+    return found
 
 
 app = typer.Typer(
