@@ -10,6 +10,7 @@ CPU time (time.process_time) is the figure to compare with the targets on a shar
 wall time is printed beside it. ``--pin`` runs on CPU 0 only.
 
     .venv/bin/python benchmarks/bench_simulator.py [--repeats 7] [--pin] [--only A,B]
+        [--calibration measured|seed]
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from budgettune.trace.dists import parse_length_dist
 from budgettune.trace.schedule import Schedule, synthetic_schedule
 
 GPU = resolve_gpu("h100-sxm")
+# --calibration picks another (the default: measured, as the commands default to)
 MODEL = StepModel.from_hardware(resolve_model("llama-3.1-8b"), GPU)
 CAPACITY = kv_capacity_blocks(MODEL, GPU)
 BUDGETS = parse_budgets("256,512,1024,2048,8192,none")
@@ -109,7 +111,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7, help="repeats of A (B runs max(3, /2))")
     parser.add_argument("--pin", action="store_true", help="run on CPU 0 only")
     parser.add_argument("--only", default="A,B", help="scenarios to run, e.g. A")
+    parser.add_argument("--calibration", default="measured", help="measured or seed")
     args = parser.parse_args()
+    global MODEL
+    MODEL = StepModel.from_hardware(
+        resolve_model("llama-3.1-8b"), GPU, calibration=args.calibration
+    )
+    print(f"calibration {args.calibration}: ridge {MODEL.ridge_tokens:.0f} tokens")
     if args.pin:
         os.sched_setaffinity(0, {0})
     only = {s.strip().upper() for s in args.only.split(",")}

@@ -89,10 +89,14 @@ def test_defaults_are_rendered_in_help(command: str) -> None:
     assert result.exit_code == 0
     text = " ".join(result.output.split())
     for needle in (
-        "[default: llama-3.1-8b]", "[default: h100-sxm]", "[default: 0.6]", "[default: 0.8]",
-        "[default: 0.5]", "[default: overlapped]", "[default: bfloat16]",
+        "[default: llama-3.1-8b]", "[default: h100-sxm]", "[default: measured]",
+        "[default: bfloat16]",
     ):  # fmt: skip
         assert needle in text, needle
+    # the efficiency, t0 and variant options: the calibration's figures unless given
+    for option in ("--compute-efficiency", "--bandwidth-efficiency", "--kv-bandwidth-efficiency"):
+        assert option in text, option
+    assert text.count("default: the calibration's") >= 4
     if command == "simulate":
         for needle in (
             "[default: 256,512,1024,2048,8192,none]", "[default: 256]", "[default: 0.9]",

@@ -39,16 +39,28 @@ def test_help_lists_units_and_defaults() -> None:
     assert result.exit_code == 0
     text = " ".join(result.output.split())
     assert "--overhead-ms" in text and "ms" in text and "0.5" in text
+    assert "--calibration" in text and "measured" in text and "seed" in text
 
 
 def test_ridge_json_h100(budgettune_cmd: list[str]) -> None:
-    result = run(
-        budgettune_cmd, "roofline", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--json"
-    )
+    args = ["roofline", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--json"]
+    result = run(budgettune_cmd, *args, "--calibration", "seed")
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
-    assert doc["ridge_tokens"] == pytest.approx(221.4, abs=0.1)
+    assert doc["ridge_tokens"] == pytest.approx(221.4, abs=0.1)  # the seed article's figure
+    assert doc["calibration"] == "seed"
     assert "step_ms" not in doc  # no iteration was asked about: no made-up 0 ms step
+    # The default: the measured calibration, whose ridge is the fitted figures' (engine
+    # accounting: the LM head and embedding out of the per-token FLOPs), said so.
+    from budgettune.core.hardware import resolve_gpu, resolve_model
+    from budgettune.model.stepmodel import StepModel
+
+    default = json.loads(run(budgettune_cmd, *args).stdout)
+    measured = StepModel.from_hardware(resolve_model("llama-3.1-8b"), resolve_gpu("h100-sxm"))
+    assert default["calibration"] == "measured"
+    assert "AIConfigurator" in default["calibration_source"]
+    assert default["ridge_tokens"] == pytest.approx(measured.ridge_tokens)
+    assert default["ridge_tokens"] > 1.2 * doc["ridge_tokens"]
 
 
 def test_iteration_json_matches_model() -> None:
@@ -83,6 +95,7 @@ def test_serialized_mode_adds_the_decode_kv_read(budgettune_cmd: list[str]) -> N
     # bytes), so the overlapped variant hides the decodes' KV read and the serialized one adds
     # it: 64 x 1000 tokens x 131,072 B / (0.8 x 3.35 TB/s) = 3.1301 ms.
     args = ["roofline", "--prefill", "2048", "--decodes", "64", "--context", "1000", "--json"]
+    args += ["--calibration", "seed"]
     docs = {}
     for mode in ("overlapped", "serialized"):
         result = run(budgettune_cmd, *args, "--mode", mode)
@@ -98,6 +111,7 @@ def test_long_decode_contexts_make_an_iteration_memory_bound() -> None:
     # 500 tokens (above the 221-token ridge) but 200 decodes at context 100,000 read 2.6 TB of
     # KV cache (978 ms) against ~18 ms of FLOPs: memory-bound, whatever the token count says.
     args = ["roofline", "--prefill", "300", "--decodes", "200", "--context", "100000"]
+    args += ["--calibration", "seed"]
     result = runner.invoke(app, [*args, "--json"])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
@@ -107,9 +121,8 @@ def test_long_decode_contexts_make_an_iteration_memory_bound() -> None:
 
 
 def test_chunking_json_shape_and_ordering() -> None:
-    result = runner.invoke(
-        app, ["roofline", "--prompt", "4096", "--chunk-sizes", "128,256,512,2048", "--json"]
-    )
+    args = ["roofline", "--prompt", "4096", "--chunk-sizes", "128,256,512,2048", "--json"]
+    result = runner.invoke(app, [*args, "--calibration", "seed"])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
     rows = doc["chunking"]
@@ -142,6 +155,9 @@ def test_table_marks_chunks_below_ridge() -> None:
         ),
         (["--compute-efficiency", "1.5"], "--compute-efficiency: must be in (0, 1]"),
         (["--mode", "parallel"], "--mode: unknown variant 'parallel'"),
+        (["--calibration", "guessed"], "--calibration: unknown calibration 'guessed'"),
+        (["--kv-bandwidth-efficiency", "0"], "--kv-bandwidth-efficiency: must be in (0, 1]"),
+        (["--overhead-ms", "-1"], "--overhead-ms: must be zero or positive"),
         (["--prompt", "100", "--chunk-sizes", "64,x"], "--chunk-sizes: 'x'"),
     ],
 )

@@ -93,7 +93,18 @@ def test_table_for_humans() -> None:
     result = runner.invoke(app, ["simulate", *SMALL, "--budgets", "128,1024,none"])
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
-    assert "ridge P* = 221 tokens" in text and "KV cache 26,674 blocks" in text
+    from budgettune.core.hardware import resolve_gpu, resolve_model
+    from budgettune.model.stepmodel import StepModel
+
+    default = StepModel.from_hardware(resolve_model("llama-3.1-8b"), resolve_gpu("h100-sxm"))
+    assert (
+        f"ridge P* = {default.ridge_tokens:.0f} tokens" in text and "KV cache 26,674 blocks" in text
+    )
+    assert "calibration measured" in text and "AIConfigurator" in text
+    seed = runner.invoke(
+        app, ["simulate", *SMALL, "--budgets", "128,1024", "--calibration", "seed"]
+    )
+    assert "ridge P* = 221 tokens" in " ".join(seed.output.split())  # the seed article's
     assert "128*" in text and "below the ridge" in text  # 128 < P*
     assert "1024" in text and "none" in text and "TTFT" in text and "TBT" in text
 
@@ -169,7 +180,8 @@ def test_trace_replayed_at_its_recorded_times(tmp_path: Path) -> None:
     [
         (["--prompt-dist", "fixed:10"], "--prompt-dist: not with --trace"),
         (["--requests", "9"], "--requests: the recorded trace has only 4 requests"),
-        (["--window", "10:20"], "--window: no requests arrive in [10 s, 20 s)"),
+        (["--window", "10s:20s"], "--window: no requests arrive in [10 s, 20 s)"),
+        (["--window", "10:20"], "--window: start: '10' has no unit; write 10ms or 10s"),
         (
             ["--rate", "2", "--time-scale", "2"],
             "--rate: give --rate or --time-scale for recorded",
@@ -302,7 +314,7 @@ def test_output_folder_with_a_trace_records_its_checksum(tmp_path: Path) -> None
         (["--arrivals", "weird"], "--arrivals: unknown mode 'weird'; use poisson or gamma"),
         (["--arrivals", "recorded"], "--arrivals: recorded needs --trace FILE"),
         (["--time-scale", "2"], "--time-scale: applies to recorded traces only"),
-        (["--window", "0:10"], "--window: applies to --trace only"),
+        (["--window", "0:10s"], "--window: applies to --trace only"),
         (["--burstiness", "0"], "--burstiness: must be a positive number"),
         (["--max-num-seqs", "0"], "--max-num-seqs: must be positive"),
         (["--block-aligned", "--budgets", "100"], "--budgets: 100 is not a multiple"),

@@ -27,6 +27,7 @@ from budgettune.core.hardware import (
         ("qwen2.5-7b", 7.62, 0.01),
         ("yi-34b", 34.39, 0.05),
         ("llama-2-13b", 13.02, 0.02),
+        ("qwen3-32b", 32.8, 0.05),  # its model card: 32.8B (qk-norm weights not counted)
     ],
 )
 def test_parameter_counts_match_published(
@@ -66,9 +67,16 @@ def test_unknown_presets_list_the_known_ones() -> None:
 
 def test_custom_gpu_rejects_non_positive() -> None:
     assert custom_gpu(100, 1.0, 24).peak_flops == 100e12
-    with pytest.raises(SpecError, match="must be a positive number, got 0") as caught:
+    with pytest.raises(SpecError, match="must be positive, got 0") as caught:
         custom_gpu(100, 0, 24)
     assert caught.value.field == "bandwidth_tbs"
+    for figures, field in (((100, float("inf"), 24), "bandwidth_tbs"),
+                           ((float("nan"), 1.0, 24), "peak_tflops"),
+                           ((1e300, 1.0, 24), "peak_tflops"),
+                           ((100, 1e-308, 24), "bandwidth_tbs")):  # fmt: skip
+        with pytest.raises(SpecError) as caught:
+            custom_gpu(*figures)
+        assert caught.value.field == field
 
 
 def test_config_json_file_and_folder(tmp_path: Path) -> None:

@@ -73,7 +73,10 @@ def test_load_refuses_unknown_and_newer_schemas(tmp_path: Path) -> None:
         load_results(tmp_path / "missing")
     path = tmp_path / "results.json"
     path.write_text("{not json")
-    with pytest.raises(UserError, match="cannot read results"):
+    with pytest.raises(UserError, match=r"results\.json: not valid JSON"):
+        load_results(path)
+    path.write_text(json.dumps({"schema_version": 1, "kind": "banana", "config": {}, "points": []}))
+    with pytest.raises(UserError, match="field 'kind': expected one of replay, sweep, simulate"):
         load_results(path)
     path.write_text(json.dumps({"kind": "replay"}))
     with pytest.raises(UserError, match="no schema_version"):

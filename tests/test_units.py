@@ -13,7 +13,7 @@ from budgettune.core.units import format_ms, parse_duration_s, parse_int_list, p
     [
         ("50ms", 0.05),
         ("1s", 1.0),
-        ("1.5", 1.5),
+        ("1.5s", 1.5),
         ("2m", 120.0),
         ("250us", 250e-6),
         (" 16 ms ", 0.016),
@@ -23,8 +23,17 @@ def test_durations(text: str, seconds: float) -> None:
     assert parse_duration_s(text) == pytest.approx(seconds)
 
 
-def test_bare_number_uses_default_unit() -> None:
-    assert parse_duration_s("50", default_unit="ms") == pytest.approx(0.05)
+@pytest.mark.parametrize(("text", "hint"), [("50", "50ms or 50s"), ("1.5", "1.5ms or 1.5s")])
+def test_a_bare_number_is_refused_with_both_readings(text: str, hint: str) -> None:
+    """'--slo-tbt 50' could be 50 ms or 50 s: the unit is required, never guessed."""
+    with pytest.raises(SpecError, match=f"has no unit; write {hint}"):
+        parse_duration_s(text, field="slo_tbt")
+
+
+@pytest.mark.parametrize("text", ["1e400s", "169h", "1e9h"])
+def test_a_duration_past_a_week_is_refused_as_too_long(text: str) -> None:
+    with pytest.raises(SpecError, match="longer than budgettune takes"):
+        parse_duration_s(text, field="slo_ttft")
 
 
 @pytest.mark.parametrize("text", ["50mss", "fast", "-5ms", "0s", ""])

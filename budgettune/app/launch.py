@@ -7,13 +7,25 @@ import shlex
 import shutil
 import subprocess
 
-from budgettune.app.requests import LaunchRequest
-from budgettune.core.errors import SpecError
+from budgettune.app.requests import LaunchRequest, SweepRequest
+from budgettune.core.errors import SpecError, shorten
+from budgettune.core.limits import MAX_GPUS, MAX_SEQS, check_count, check_share, check_tokens
 from budgettune.core.units import parse_duration_s
 from budgettune.engines.base import LaunchSpec
 
 REAL_ENGINE_HEALTH_S = 20 * 60.0  # vLLM and SGLang load weights and compile: allow 20 minutes
 SIM_HEALTH_S = 120.0
+
+
+def split_words(text: str, *, field: str) -> list[str]:
+    """``text`` split as a POSIX shell would split it (quotes group, nothing is run); an
+    unbalanced quote is a SpecError naming ``field``."""
+    try:
+        return shlex.split(text)
+    except ValueError as error:  # "No closing quotation", "No escaped character"
+        raise SpecError(
+            f"cannot split {shorten(repr(text))} into words: {str(error).lower()}", field=field
+        ) from None
 
 
 def parse_env(items: tuple[str, ...] | list[str]) -> dict[str, str]:
@@ -35,19 +47,30 @@ def launch_spec(
     gpu: str | None,
     url: str | None,
     max_model_len_tokens: int | None,
+    api_key: str | None = None,
 ) -> LaunchSpec:
-    """Validate the launch options into a LaunchSpec for ``engine``."""
+    """Validate the launch options into a LaunchSpec for ``engine``; ``api_key`` is the key the
+    engine is started with (or the external server demands)."""
     if launch.prefix_caching not in ("on", "off"):
         raise SpecError(f"use on or off, got {launch.prefix_caching!r}", field="prefix_caching")
     share = launch.gpu_memory_utilization
-    if share is not None and not 0 < share <= 1:
-        raise SpecError(f"must be in (0, 1], got {share!r}", field="gpu_memory_utilization")
+    if share is not None:
+        check_share(share, field="gpu_memory_utilization")
+    if launch.max_num_seqs is not None:
+        check_count(launch.max_num_seqs, field="max_num_seqs", maximum=MAX_SEQS)
+    if launch.tensor_parallel_size is not None:
+        check_count(launch.tensor_parallel_size, field="tensor_parallel_size", maximum=MAX_GPUS)
     extra: list[str] = []
     for item in launch.engine_arg:
-        extra += shlex.split(item)
-    command = tuple(shlex.split(launch.engine_cmd)) if launch.engine_cmd else None
-    if launch.engine_cmd is not None and not command:
+        extra += split_words(item, field="engine_arg")
+    command = (
+        tuple(split_words(launch.engine_cmd, field="engine_cmd")) if launch.engine_cmd else None
+    )
+    if launch.engine_cmd is not None and not command:  # "" or only spaces
         raise SpecError("empty command", field="engine_cmd")
+    from budgettune.engines.registry import check_engine_args
+
+    check_engine_args(engine, tuple(extra))
     default_health_s = SIM_HEALTH_S if engine == "sim" else REAL_ENGINE_HEALTH_S
     health_s = (
         parse_duration_s(launch.health_timeout, field="health_timeout")
@@ -68,6 +91,7 @@ def launch_spec(
         tensor_parallel_size=launch.tensor_parallel_size,
         gpu_memory_utilization=share,
         prefix_caching=launch.prefix_caching == "on",
+        api_key=api_key,
     )
 
 
@@ -106,3 +130,40 @@ def _gpu_visible() -> bool:
     except (OSError, subprocess.TimeoutExpired):
         return False
     return listed.returncode == 0 and "GPU" in listed.stdout
+
+
+def external_budget(request: SweepRequest, url: str, api_key: str | None) -> int:
+    """The budget of the server a sweep measures with ``--url``: the one it says it runs
+    (``--baseline auto``), or the one the user gives (``--baseline N``), never a list of
+    candidates: nothing is launched, so every replay would run the server's own budget and be
+    labelled with another. Raises SpecError naming ``budgets`` or ``baseline``, EngineError
+    when the server cannot be reached."""
+    from budgettune.engines.external import ask_server_budget
+
+    if request.budgets is not None:
+        raise SpecError(
+            "not with --url: a server you run has one budget, the one it was started with, so "
+            "budgettune measures that one",
+            field="budgets",
+            hint="to compare budgets let budgettune launch the engine (--engine vllm); to "
+            "state the server's budget give --baseline N",
+        )
+    choice = request.baseline.strip().lower()
+    told = ask_server_budget(url, api_key) if choice in ("auto", "none") else None
+    if choice in ("auto", "none"):
+        if told is None:
+            raise SpecError(
+                f"the server at {url} does not say which budget it runs; give it: --baseline "
+                "N (its --max-num-batched-tokens)",
+                field="baseline",
+                hint="vLLM tells it at /server_info when started with VLLM_SERVER_DEV_MODE=1",
+            )
+        return told
+    try:
+        value = int(choice)
+    except ValueError:
+        raise SpecError(
+            f"use auto or the server's budget in tokens, got {request.baseline!r}",
+            field="baseline",
+        ) from None
+    return check_tokens(value, field="baseline")

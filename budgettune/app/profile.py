@@ -5,8 +5,8 @@ budgets that reach common TBT targets.
 
 from __future__ import annotations
 
+import math
 import re
-import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -15,11 +15,14 @@ from pathlib import Path
 import numpy as np
 
 from budgettune import __version__
-from budgettune.app.requests import ProfileRequest
+from budgettune.app.profile_fit import IMPORT_ENGINE, fit_profile, imported_profile, shape_constants
+from budgettune.app.requests import ProfileRequest, choice_of
 from budgettune.core.errors import EngineError, SpecError
 from budgettune.core.hardware import GPU, ModelShape, dtype_bytes, resolve_gpu, resolve_model
+from budgettune.core.limits import MAX_GPUS, MAX_SEQS, check_count, check_tokens
 from budgettune.core.units import parse_duration_s, parse_int_list, parse_tokens
 from budgettune.engines.base import LaunchSpec, ProgressCallback
+from budgettune.model.calibration import CalibrationChoice
 from budgettune.model.profile import (
     MEASURED_LABEL,
     Hardware,
@@ -29,16 +32,12 @@ from budgettune.model.profile import (
     profile_step_model,
     save_profile,
 )
-from budgettune.model.stepmodel import (
-    DEFAULT_BANDWIDTH_EFFICIENCY,
-    DEFAULT_COMPUTE_EFFICIENCY,
-    DEFAULT_OVERHEAD_S,
-    MODES,
-    StepModel,
-)
+from budgettune.model.stepmodel import StepModel
+from budgettune.profiling.budget import probe_cost_s
 from budgettune.profiling.plan import (
     DEFAULT_CONTEXTS,
     IterationTimer,
+    ProbeSpec,
     ProfilePlan,
     ProgressFn,
     make_plan,
@@ -46,7 +45,7 @@ from budgettune.profiling.plan import (
 )
 from budgettune.tune.candidates import iteration_with_batch_s, round_up
 
-ENGINES = ("vllm", "sglang", "sim", "torch", "analytic")
+ENGINES = ("vllm", "sglang", "trtllm", "sim", "torch", "analytic", "aiconfigurator")
 LAUNCH_HEADROOM_TOKENS = 1024  # max-model-len beyond the largest probe: decoders' outputs
 SIM_DEFAULT_GPU = "h100-sxm"
 SIM_HEALTH_TIMEOUT_S = 120.0
@@ -79,19 +78,22 @@ class ProfileConfig:
     typical_context: int = 1024
     bootstrap: int = 200
     refine_knee: bool = True
-    # analytic, and the sim engine's configuration
-    compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY
-    bandwidth_efficiency: float = DEFAULT_BANDWIDTH_EFFICIENCY
-    overhead_s: float = DEFAULT_OVERHEAD_S
-    mode: str = "overlapped"
+    # analytic, and the sim engine's configuration: a calibration and the figures given
+    calibration: CalibrationChoice = field(default_factory=CalibrationChoice)
     tensor_parallel: int = 1
-    # engine path (vllm, sglang, sim)
+    from_csv: Path | None = None  # engine "import": iteration times measured elsewhere
+    # Seconds of probing; the probes after the prefill series that would end past it are
+    # skipped, cheapest first kept. AUTO: CPU_TIME_BUDGET_S where the engine sees no GPU (a CPU
+    # build), else none; None: the whole grid.
+    time_budget_s: float | str | None = "auto"
+    # engine path (vllm, sglang, trtllm, sim)
     engine_args: tuple[str, ...] = ()
     engine_cmd: tuple[str, ...] | None = None
     engine_env: dict[str, str] = field(default_factory=dict)
     health_timeout_s: float | None = None  # None: 20 minutes for vllm/sglang, 2 for sim
     log_path: Path | None = None
     gpu_memory_utilization: float | None = None  # None: the engine's default
+    api_key: str | None = field(default=None, repr=False)  # the engine's; never recorded
 
 
 @dataclass(slots=True, frozen=True)
@@ -123,14 +125,27 @@ def profile_config_of(request: ProfileRequest) -> ProfileConfig:
     """The profile's config from the request's text ("8K" tokens, "300s"), each value checked
     on its field; :func:`validate` then checks it against the model. The profiles to compare
     are read first, so a bad one is refused before minutes of measuring."""
-    from budgettune.app.launch import parse_env
+    from budgettune.app.launch import parse_env, split_words
     from budgettune.model.profile import load_profile
 
     for path in request.compare:
         load_profile(path, field="compare")
+    engine = (request.engine or "").strip().lower()
+    if request.from_csv is not None:
+        if engine:
+            raise SpecError(
+                "reads iteration times measured elsewhere; --engine measures them: give one",
+                field="from_csv",
+            )
+        engine = IMPORT_ENGINE
+    elif not engine:
+        raise SpecError(
+            f"say how to measure ({', '.join(ENGINES)}), or give --from FILE.csv",
+            field="engine",
+        )
     return ProfileConfig(
         model=request.model,
-        engine=request.engine.strip().lower(),
+        engine=engine,
         gpu_name=request.gpu_name,
         max_tokens=parse_tokens(request.max_tokens, field="max_tokens"),
         repeats=request.repeats,
@@ -144,26 +159,41 @@ def profile_config_of(request: ProfileRequest) -> ProfileConfig:
         probe_timeout_s=parse_duration_s(request.probe_timeout, field="probe_timeout"),
         typical_batch=request.typical_batch,
         typical_context=request.typical_context,
-        compute_efficiency=request.compute_efficiency,
-        bandwidth_efficiency=request.bandwidth_efficiency,
-        overhead_s=request.overhead_ms / 1e3,
-        mode=request.mode,
+        calibration=choice_of(request),
         tensor_parallel=request.tensor_parallel,
-        engine_args=tuple(arg for item in request.engine_arg for arg in shlex.split(item)),
-        engine_cmd=tuple(shlex.split(request.engine_cmd)) if request.engine_cmd else None,
+        from_csv=request.from_csv,
+        engine_args=tuple(
+            arg for item in request.engine_arg for arg in split_words(item, field="engine_arg")
+        ),
+        engine_cmd=(
+            tuple(split_words(request.engine_cmd, field="engine_cmd"))
+            if request.engine_cmd
+            else None
+        ),
         engine_env=parse_env(request.env),
         health_timeout_s=(
             parse_duration_s(request.health_timeout, field="health_timeout")
             if request.health_timeout
             else None
         ),
+        api_key=(request.api_key or "").strip() or None,
+        time_budget_s=parse_time_budget(request.time_budget),
     )
+
+
+def parse_time_budget(text: str) -> float | str | None:
+    """``--time-budget``: "auto" (kept as the word; see :func:`time_budget`), "none" (None) or
+    a duration in seconds. Raises SpecError (field time_budget)."""
+    word = text.strip().lower()
+    if word in ("auto", "none"):
+        return None if word == "none" else "auto"
+    return parse_duration_s(text, field="time_budget")
 
 
 def validate(config: ProfileConfig) -> ModelShape:
     """Check the config against the model; returns its shape. Raises SpecError naming the
     config's field."""
-    if config.engine not in ENGINES:
+    if config.engine not in (*ENGINES, IMPORT_ENGINE):
         raise SpecError(
             f"unknown engine {config.engine!r}; known: {', '.join(ENGINES)}", field="engine"
         )
@@ -187,17 +217,39 @@ def validate(config: ProfileConfig) -> ModelShape:
     ):
         if value < low:
             raise SpecError(f"must be at least {low}, got {value}", field=field_name)
-    if config.mode not in MODES:
-        raise SpecError(
-            f"unknown variant {config.mode!r}; use one of: {', '.join(MODES)}", field="mode"
-        )
-    for field_name, eff in (
-        ("compute_efficiency", config.compute_efficiency),
-        ("bandwidth_efficiency", config.bandwidth_efficiency),
-    ):
-        if not 0 < eff <= 1:
-            raise SpecError(f"must be in (0, 1], got {eff!r}", field=field_name)
+    # a bad calibration name or figure fails here, before anything runs
+    config.calibration.resolve(_calibrated_gpu_name(config.gpu_name))
+    _check_sizes(config)
+    if config.output is not None and not config.output.is_dir():
+        from budgettune.core.files import check_overwrite, json_document_ours
+
+        check_overwrite(config.output, json_document_ours, field="output")  # before measuring
     return shape
+
+
+MAX_REPEATS = 1000
+MAX_PROFILE_BATCH = 1 << 14  # decode batches probed: 16,384 sequences
+DEVICES = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+
+
+def _check_sizes(config: ProfileConfig) -> None:
+    """Every count and size of the probes within budgettune's limits (stated in --help and the
+    README), so no bad input costs minutes or memory before it is refused."""
+    check_count(config.repeats, field="repeats", maximum=MAX_REPEATS)
+    check_count(config.max_batch, field="max_batch", maximum=MAX_PROFILE_BATCH)
+    check_count(config.typical_batch, field="typical_batch", minimum=0, maximum=MAX_SEQS)
+    check_tokens(config.typical_context, field="typical_context", minimum=0)
+    check_count(config.tensor_parallel, field="tensor_parallel", maximum=MAX_GPUS)
+    check_count(config.seed, field="seed", minimum=0, maximum=2**64 - 1)
+    if config.threads is not None:
+        check_count(config.threads, field="threads", maximum=4096)
+    if not DEVICES.match(config.device.strip().lower()):
+        raise SpecError(f"use auto, cpu or cuda[:N], got {config.device!r}", field="device")
+
+
+def _calibrated_gpu_name(name: str) -> str:
+    """The GPU preset whose calibration a check or the sim engine uses ("auto": the sim's)."""
+    return SIM_DEFAULT_GPU if name.strip().lower() == "auto" else name
 
 
 def default_output(profile: Profile) -> Path:
@@ -235,6 +287,8 @@ def run_profile(
     created = now().strftime("%Y-%m-%dT%H:%M:%SZ")
     if config.engine == "analytic":
         profile = _analytic(config, shape, created)
+    elif config.engine == IMPORT_ENGINE:
+        profile = _imported(config, shape, created)
     else:
 
         def default_factory(config: ProfileConfig, shape: ModelShape) -> IterationTimer:
@@ -276,14 +330,12 @@ def _analytic(config: ProfileConfig, shape: ModelShape, created: str) -> Profile
     gpu = _preset_gpu(config.gpu_name)
     dtype = "bfloat16" if config.dtype == "auto" else config.dtype
     weight_bytes = dtype_bytes(dtype)
+    calibration = config.calibration.resolve(gpu.name)
     model = StepModel.from_hardware(
         shape,
         gpu,
+        calibration=calibration,
         bytes_per_weight=weight_bytes,
-        compute_efficiency=config.compute_efficiency,
-        bandwidth_efficiency=config.bandwidth_efficiency,
-        overhead_s=config.overhead_s,
-        mode=config.mode,
         tensor_parallel=config.tensor_parallel,
     )
     return analytic_profile(
@@ -299,12 +351,19 @@ def _analytic(config: ProfileConfig, shape: ModelShape, created: str) -> Profile
         created_utc=created,
         budgettune_version=__version__,
         settings={
-            "compute_efficiency": config.compute_efficiency,
-            "bandwidth_efficiency": config.bandwidth_efficiency,
-            "overhead_s": config.overhead_s,
-            "mode": config.mode,
+            "calibration": calibration.name,
+            "calibration_source": calibration.source,
+            "accounting": calibration.accounting,
+            "compute_efficiency": calibration.compute_efficiency,
+            "bandwidth_efficiency": calibration.weight_bandwidth_efficiency,
+            "kv_bandwidth_efficiency": calibration.kv_bandwidth_efficiency,
+            "sharpness": calibration.sharpness if math.isfinite(calibration.sharpness) else None,
+            "overhead_s": calibration.overhead_s,
+            "overhead_per_seq_s": calibration.overhead_per_seq_s,
+            "mode": calibration.mode,
             "tensor_parallel": config.tensor_parallel,
         },
+        calibration=calibration.name,
     )
 
 
@@ -316,7 +375,7 @@ def _preset_gpu(name: str) -> GPU:
         if hardware.preset is None:
             raise SpecError(
                 f"'auto' found no GPU preset on this machine ({hardware.name}); "
-                "an analytic profile needs one",
+                "a profile from presets or a database needs one",
                 field="gpu_name",
                 hint="name a GPU preset, e.g. h100-sxm",
             )
@@ -330,7 +389,18 @@ def _preset_gpu(name: str) -> GPU:
 def build_timer(
     config: ProfileConfig, shape: ModelShape, *, on_start: ProgressCallback | None = None
 ) -> IterationTimer:
-    """The measurement path for ``config.engine`` (torch here; engines through their API)."""
+    """The measurement path for ``config.engine`` (torch here; engines through their API;
+    AIConfigurator's database estimates)."""
+    if config.engine == "aiconfigurator":
+        from budgettune.profiling.aiconfigurator import AicTimer
+
+        gpu = _preset_gpu(config.gpu_name)
+        timer = AicTimer(config.model, gpu.name, tensor_parallel=config.tensor_parallel)
+        # Only probes whose KV cache fits beside the weights, as on the real GPU.
+        timer.kv_capacity_tokens = _sim_kv_capacity_tokens(
+            config, shape, gpu.name, config.tensor_parallel
+        )
+        return timer
     if config.engine == "torch":
         from budgettune.profiling.torch_measure import TorchTimer
 
@@ -354,14 +424,10 @@ def engine_launch_spec(config: ProfileConfig, shape: ModelShape) -> LaunchSpec:
     sim = config.engine == "sim"
     extra = list(config.engine_args)
     if sim:
-        # The sim engine is configured with the same figures an analytic profile uses.
-        extra = [
-            "--compute-efficiency", str(config.compute_efficiency),
-            "--bandwidth-efficiency", str(config.bandwidth_efficiency),
-            "--overhead-ms", str(config.overhead_s * 1e3),
-            "--mode", config.mode,
-            *extra,
-        ]  # fmt: skip
+        from budgettune.engines.embedded.cli import calibration_flags
+
+        # The sim engine is configured with the same calibration an analytic profile uses.
+        extra = [*calibration_flags(config.calibration), *extra]
         if config.dtype != "auto":
             extra += ["--dtype", config.dtype]
     health = config.health_timeout_s or (SIM_HEALTH_TIMEOUT_S if sim else REAL_HEALTH_TIMEOUT_S)
@@ -380,6 +446,7 @@ def engine_launch_spec(config: ProfileConfig, shape: ModelShape) -> LaunchSpec:
         tensor_parallel_size=config.tensor_parallel if config.tensor_parallel > 1 else None,
         prefix_caching=False,
         gpu_memory_utilization=None if sim else config.gpu_memory_utilization,
+        api_key=config.api_key,
     )
 
 
@@ -414,16 +481,27 @@ def _engine_timer(
     return timer
 
 
-def _sim_kv_capacity_tokens(config: ProfileConfig, shape: ModelShape, gpu: str | None) -> int:
+def _sim_kv_capacity_tokens(
+    config: ProfileConfig, shape: ModelShape, gpu: str | None, tensor_parallel: int = 1
+) -> int:
     """The sim engine's KV cache, from the same presets it computes it from (its defaults:
-    gpu-memory-utilization 0.9, blocks of 16)."""
+    gpu-memory-utilization 0.9, blocks of 16); on ``tensor_parallel`` GPUs for a database."""
     from budgettune.sim.kvcache import DEFAULT_BLOCK_SIZE, kv_capacity_blocks
 
     dtype = "bfloat16" if config.dtype == "auto" else config.dtype
-    model = StepModel.from_hardware(
-        shape, resolve_gpu(gpu or SIM_DEFAULT_GPU), bytes_per_weight=dtype_bytes(dtype)
-    )
-    return kv_capacity_blocks(model, resolve_gpu(gpu or SIM_DEFAULT_GPU)) * DEFAULT_BLOCK_SIZE
+    card = resolve_gpu(gpu or SIM_DEFAULT_GPU)
+    model = StepModel.from_hardware(shape, card, bytes_per_weight=dtype_bytes(dtype))
+    blocks = kv_capacity_blocks(model, card, tensor_parallel=tensor_parallel)
+    return blocks * DEFAULT_BLOCK_SIZE
+
+
+def _accounting(config: ProfileConfig) -> str:
+    """How the profiled engine counts parameters: vLLM's (and SGLang's, torch's: one logits row
+    per sequence, the embedding a lookup), except the sim engine, which runs the accounting of
+    the calibration it was started with."""
+    if config.engine != "sim":
+        return "engine"
+    return config.calibration.resolve(_calibrated_gpu_name(config.gpu_name)).accounting
 
 
 def _measured(
@@ -434,22 +512,13 @@ def _measured(
     timer_factory: Callable[[ProfileConfig, ModelShape], IterationTimer],
 ) -> Profile:
     # scipy (about 2 s to import) only when a profile is measured, not at CLI start-up
-    from budgettune.model.fit import ShapeConstants, fit_step_model
     from budgettune.model.ridge import fit_ridge
 
     timer = timer_factory(config, shape)
     try:
         dtype = str(timer.engine.settings.get("dtype") or config.dtype)
         weight_bytes = dtype_bytes("bfloat16" if dtype == "auto" else dtype)
-        reference = StepModel(
-            params=float(shape.params),
-            weight_bytes=float(shape.params) * weight_bytes,
-            kv_bytes_per_token=shape.kv_bytes_per_token(weight_bytes),
-            attention_flops_per_pair=4.0 * shape.layers * shape.hidden,
-            flops_per_s=1.0,
-            bytes_per_s=1.0,
-        )
-        constants = ShapeConstants.of(reference)
+        constants = shape_constants(shape, weight_bytes, _accounting(config))
         rng = np.random.default_rng(config.seed)
 
         def knee_finder(probes: list[Probe]) -> float | None:
@@ -462,39 +531,46 @@ def _measured(
         # than KV_PLAN_SHARE of what the engine can hold are left out of the plan.
         capacity = getattr(timer, "kv_capacity_tokens", None)
         kv_budget = int(capacity * KV_PLAN_SHARE) if capacity else None
+        plan = _plan(config, shape, kv_token_budget=kv_budget)
+        if config.engine == "aiconfigurator":  # an estimate is the same every time
+            plan = ProfilePlan(plan.probes, 1, refine_knee=plan.refine_knee)
+        budget_s = time_budget(config)
+
+        def probe_cost(spec: ProbeSpec, measured: list[Probe]) -> float:
+            prefill = [p for p in measured if p.series == "prefill"]
+            return probe_cost_s(spec, prefill, plan.repeats)
+
         run = run_probes(
-            _plan(config, shape, kv_token_budget=kv_budget),
+            plan,
             timer,
             progress=progress,
             probe_timeout_s=config.probe_timeout_s,
             knee_finder=knee_finder,
             max_tokens=config.max_tokens,
+            time_budget_s=budget_s,
+            probe_cost=probe_cost,
         )
     finally:
         close = getattr(timer, "close", None)
         if close is not None:
             close()
     probes = tuple(run.probes)
-    ridge = fit_ridge(
-        probes, attention_ratio=constants.attention_ratio, rng=rng, bootstrap=config.bootstrap
+    ridge, step = fit_profile(
+        probes,
+        shape,
+        weight_bytes,
+        accounting=_accounting(config),
+        calibration=config.calibration,
+        bootstrap=config.bootstrap,
+        rng=rng,
+        preset=timer.hardware.preset,
+        request_overhead_series=timer.request_overhead_series,
+        cpu_free=config.engine == "aiconfigurator",  # the database adds no CPU time
     )
-    preset_model = None
-    if timer.hardware.preset is not None:
-        preset_model = StepModel.from_hardware(
-            shape, resolve_gpu(timer.hardware.preset), bytes_per_weight=weight_bytes
-        )
-    try:
-        step = fit_step_model(
-            probes,
-            constants,
-            request_overhead_series=timer.request_overhead_series,
-            preset=preset_model,
-        )
-    except ValueError:
-        step = None  # too few probes (a partial run): the raw data are still saved
+    estimate = config.engine == "aiconfigurator"
     return Profile(
-        kind="measured",
-        label=MEASURED_LABEL,
+        kind="estimate" if estimate else "measured",
+        label=_estimate_label() if estimate else MEASURED_LABEL,
         created_utc=created,
         budgettune_version=__version__,
         hardware=timer.hardware,
@@ -506,6 +582,50 @@ def _measured(
         complete=run.error is None,
         error=run.error,
         elapsed_s=run.elapsed_s,
+        time_budget_s=budget_s,
+        skipped=tuple(item.describe() for item in run.skipped),
+    )
+
+
+CPU_TIME_BUDGET_S = 60.0  # --time-budget auto where the engine sees no GPU
+GPU_ENGINE_NAMES = ("vllm", "sglang", "trtllm")
+
+
+def time_budget(config: ProfileConfig) -> float | None:
+    """The probing budget in seconds for ``config`` (None: the whole grid). ``auto`` gives
+    CPU_TIME_BUDGET_S to vLLM, SGLang and TensorRT-LLM when nvidia-smi lists no GPU (their CPU
+    builds, where one large decode probe costs a minute) and no budget elsewhere: on a GPU the
+    whole grid is what a calibration rests on, and takes minutes, not tens of them."""
+    value = config.time_budget_s
+    if value != "auto":
+        return None if value is None else float(value)
+    if config.engine not in GPU_ENGINE_NAMES:
+        return None
+    from budgettune.model.profile import query_gpus
+
+    return None if query_gpus("index") else CPU_TIME_BUDGET_S
+
+
+def _estimate_label() -> str:
+    from budgettune.profiling.aiconfigurator import ESTIMATE_LABEL
+
+    return ESTIMATE_LABEL
+
+
+def _imported(config: ProfileConfig, shape: ModelShape, created: str) -> Profile:
+    """``--from FILE.csv``: :func:`~budgettune.app.profile_fit.imported_profile`."""
+    assert config.from_csv is not None
+    return imported_profile(
+        config.from_csv,
+        model_source=config.model,
+        shape=shape,
+        gpu_name=config.gpu_name,
+        dtype=config.dtype,
+        tensor_parallel=config.tensor_parallel,
+        calibration=config.calibration,
+        bootstrap=config.bootstrap,
+        seed=config.seed,
+        created_utc=created,
     )
 
 
@@ -519,7 +639,7 @@ def summarize(profile: Profile, typical_batch: int, typical_context: int) -> Bud
     if knee is not None:
         floor: int | None = round_up(knee + typical_batch, BUDGET_ALIGN)
         reason = (
-            f"P* {knee:.0f} + {typical_batch} decodes, rounded up to a multiple of {BUDGET_ALIGN}"
+            f"knee {knee:.0f} + {typical_batch} decodes, rounded up to a multiple of {BUDGET_ALIGN}"
         )
     else:
         floor = None

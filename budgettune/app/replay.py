@@ -4,13 +4,15 @@ summarise with the shared metrics, and write results.json. No flag parsing, no t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from budgettune.artifacts.results import Results, save_results
+from budgettune.core.errors import StorageError
 from budgettune.core.metrics import MetricsSummary, summarize
 from budgettune.core.units import finite_or_none
 from budgettune.engines.base import EngineHandle, LaunchSpec, ProgressCallback
@@ -60,6 +62,8 @@ class ReplayResult:
     report_file: Path | None = None
     engine_crashed: str | None = None
     rate_per_s: float | None = None
+    # the disk could not hold results.json: the figures above are all there is of the run
+    save_error: StorageError | None = None
 
     @property
     def complete(self) -> bool:
@@ -116,27 +120,56 @@ async def run_replay(
     an unknown engine or an unwritable output. A Ctrl-C during the replay still returns (and
     writes) the partial run, marked incomplete; during the start it propagates.
     """
-    engine = get_engine(config.engine)
-    crashed: str | None = None
-    async with engine.launch(config.spec, on_start) as handle:
+    async with launched(config, on_start=on_start, on_ready=on_ready) as handle:
+        result = await replay_on(
+            handle, config, schedule, on_progress=on_progress, stop_rule=stop_rule
+        )
+    save_replay(config, result)
+    return result
+
+
+@contextlib.asynccontextmanager
+async def launched(
+    config: ReplayConfig,
+    *,
+    on_start: ProgressCallback | None = None,
+    on_ready: Callable[[EngineHandle], None] | None = None,
+) -> AsyncIterator[EngineHandle]:
+    """The engine of ``config`` started (and stopped on leaving), for one or more replays."""
+    async with get_engine(config.engine).launch(config.spec, on_start) as handle:
         if on_ready is not None:
             on_ready(handle)
-        outcome = await run_schedule(
-            schedule,
-            Target(handle.url, handle.model),
-            config.run,
-            on_progress=on_progress,
-            stop_rule=stop_rule,
-        )
-        facts = EngineFacts.of(handle, config.spec)
-        if any(not live.record.ok for live in outcome.records):
-            await _settle_exit(handle)
-        if not handle.alive():
-            crashed = f"engine exited with status {handle.exit_code()} during the replay"
-            facts = facts.with_crash(crashed, handle.log_tail(30))
+        yield handle
+
+
+async def replay_on(
+    handle: EngineHandle,
+    config: ReplayConfig,
+    schedule: Schedule,
+    *,
+    on_progress: Callable[[RunProgress], None] | None = None,
+    stop_rule: StopRule | None = None,
+) -> ReplayResult:
+    """Replay ``schedule`` against the running engine ``handle`` and summarise it (nothing
+    written: :func:`save_replay`). An engine that exited during the replay is reported in
+    ``engine_crashed`` with its log tail."""
+    outcome = await run_schedule(
+        schedule,
+        Target(handle.url, handle.model, config.spec.api_key, handle.metrics_path),
+        config.run,
+        on_progress=on_progress,
+        stop_rule=stop_rule,
+    )
+    facts = EngineFacts.of(handle, config.spec)
+    crashed: str | None = None
+    if any(not live.record.ok for live in outcome.records):
+        await _settle_exit(handle)
+    if not handle.alive():
+        crashed = f"engine exited with status {handle.exit_code()} during the replay"
+        facts = facts.with_crash(crashed, handle.log_tail(30))
     summary = summarize([live.record for live in outcome.records],
                         warmup_requests=config.run.warmup_requests)  # fmt: skip
-    result = ReplayResult(
+    return ReplayResult(
         outcome=outcome,
         summary=summary,
         engine=facts,
@@ -145,13 +178,24 @@ async def run_replay(
         engine_crashed=crashed,
         rate_per_s=config.rate_per_s,
     )
-    if config.output_dir is not None:
-        result.results_file = save_results(_results(config, result), config.output_dir)
+
+
+def save_replay(config: ReplayConfig, result: ReplayResult, output_dir: Path | None = None) -> None:
+    """Write ``result``'s results.json (and report.html when ``config.write_report``) into
+    ``output_dir`` (default ``config.output_dir``; neither: nothing is written), and note the
+    paths in ``result``. A full disk is noted in ``result.save_error``, not raised: the run was
+    measured, and the caller says what was not saved."""
+    folder = output_dir or config.output_dir
+    if folder is None:
+        return
+    try:
+        result.results_file = save_results(_results(config, result), folder)
         if config.write_report:
             from budgettune.app.report import run_report  # plotly only when writing a page
 
             result.report_file = run_report(result.results_file).path
-    return result
+    except StorageError as error:  # measured, but not saved: the caller says so
+        result.save_error = error
 
 
 def _results(config: ReplayConfig, result: ReplayResult) -> Results:

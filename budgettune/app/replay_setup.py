@@ -13,18 +13,23 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from budgettune.app.client import client_settings, without_key
 from budgettune.app.launch import launch_spec, resolve_engine
+from budgettune.app.outputs import RESULTS_FOLDER, claim_folder
 from budgettune.app.replay import ReplayConfig
 from budgettune.app.requests import DEFAULT_GPU, DEFAULT_MODEL, ReplayRequest
-from budgettune.app.simulate import file_sha256, parse_budgets
+from budgettune.app.simulate import parse_budgets
 from budgettune.app.traffic import Traffic, build_traffic, max_model_len_tokens
 from budgettune.core.errors import SpecError
 from budgettune.core.hardware import HardwareFacts, resolve_gpu, resolve_model
+from budgettune.core.limits import check_port
 from budgettune.core.slo import SLO
 from budgettune.core.units import parse_duration_s
 from budgettune.loadgen.runner import MERGED_MODES, RunOptions
 
 DEFAULT_REQUESTS = 200  # synthetic traffic without --requests
+# Synthetic traffic drawn for a closed loop without --rate: its arrival times are not used.
+CLOSED_LOOP_DRAW_RATE_PER_S = 1.0
 
 
 @dataclass(slots=True, frozen=True)
@@ -57,6 +62,9 @@ def prepare_replay(
         raise SpecError(
             f"unknown mode {request.merged_chunks!r}; use spread or first", field="merged_chunks"
         )
+    client = client_settings(request.client)
+    if request.port is not None:
+        check_port(request.port, field="port")
     launch, url, model, gpu = request.launch, request.url, request.model, request.gpu
     engine, why = resolve_engine(request.engine, url, launch.engine_cmd)
     if request.engine.strip().lower() == "auto" and url is None:
@@ -67,6 +75,9 @@ def prepare_replay(
                 raise SpecError("not with --url (the server is already configured)", field=field)
     elif engine != "sim" and not model:
         raise SpecError(f"the {engine} engine needs a model (a folder or an id)", field="model")
+    if engine == "sim":  # the launched engine would fail on them: refuse them here, at once
+        resolve_model(model or DEFAULT_MODEL)
+        resolve_gpu(gpu or DEFAULT_GPU)
     budget_tokens: int | None = None  # None with chunked: the engine's default budget
     chunked = True
     if request.budget is not None:
@@ -78,6 +89,12 @@ def prepare_replay(
         budget_tokens = budgets[0]
         chunked = budget_tokens is not None
     traffic_request = request.traffic
+    if (
+        client.concurrency is not None
+        and traffic_request.synthetic
+        and traffic_request.rate is None
+    ):
+        traffic_request = dataclasses.replace(traffic_request, rate=CLOSED_LOOP_DRAW_RATE_PER_S)
     traffic = build_traffic(traffic_request, default_requests=DEFAULT_REQUESTS, on_warning=warn)
     if request.warmup >= len(traffic.schedule):
         raise SpecError(
@@ -86,6 +103,7 @@ def prepare_replay(
     out_dir = request.output or Path("reports") / _dt.datetime.now().strftime(
         "replay-%Y%m%d-%H%M%S"
     )
+    claim_folder(out_dir, RESULTS_FOLDER)
     label = "default" if request.budget is None else str(budget_tokens or "none")
     base = launch_spec(
         launch,
@@ -94,6 +112,7 @@ def prepare_replay(
         gpu=gpu,
         url=url,
         max_model_len_tokens=max_model_len_tokens(traffic_request),
+        api_key=client.api_key,
     )
     spec = dataclasses.replace(
         base,
@@ -108,6 +127,9 @@ def prepare_replay(
         request_timeout_s=parse_duration_s(request.request_timeout, field="request_timeout"),
         seed=traffic_request.seed,
         warmup_requests=request.warmup,
+        endpoint=client.endpoint,
+        concurrency=client.concurrency,
+        continuous_usage=client.continuous_usage,
     )
     t = traffic_request
     facts = hardware_facts(engine, model, gpu)
@@ -115,10 +137,10 @@ def prepare_replay(
         engine=engine,
         spec=spec,
         run=run,
-        traffic=traffic.description,
+        traffic=client.describe(traffic.description),
         output_dir=out_dir,
         write_report=True,
-        command=tuple(command),
+        command=without_key(command),
         config=dict(
             engine=engine, url=url, budget=budget_tokens, chunked_prefill=chunked,
             max_num_seqs=launch.max_num_seqs, model=model, gpu=gpu, engine_cmd=launch.engine_cmd,
@@ -135,10 +157,11 @@ def prepare_replay(
             request_timeout=request.request_timeout, slo_tbt_s=slo_tbt_s,
             slo_ttft_s=slo_ttft_s, percentile=request.percentile,
             python_version=platform.python_version(),
-            trace_sha256=file_sha256(t.trace) if t.trace else None,
+            trace_sha256=traffic.report.sha256 if traffic.report else None,
+            **client.to_json(),
         ),
         hardware=None if facts is None else facts.to_json(),
-        rate_per_s=t.rate,
+        rate_per_s=t.rate if client.concurrency is None else None,
     )  # fmt: skip
     return PreparedReplay(config, traffic, slo)
 

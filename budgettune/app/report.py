@@ -119,13 +119,18 @@ def sweep_profile(doc: Mapping[str, Any], run_dir: Path) -> ProfileInput | None:
     model, gpu = settings.get("model"), settings.get("gpu")
     if not (model and gpu):
         return None
-    try:  # the sweep's own preset roofline (cli/sweep: bfloat16, default efficiencies)
-        step_model = StepModel.from_hardware(resolve_model(str(model)), resolve_gpu(str(gpu)))
+    # the sweep's own preset roofline (bfloat16, its calibration; none saved: the seed's, which
+    # every sweep ran before calibrations were named)
+    calibration = str(settings.get("calibration") or "seed")
+    try:
+        step_model = StepModel.from_hardware(
+            resolve_model(str(model)), resolve_gpu(str(gpu)), calibration=calibration
+        )
     except BudgettuneError:
         return None
     return model_profile_input(
         step_model,
-        label=f"roofline model of {model} on {gpu}",
+        label=f"roofline model of {model} on {gpu} (calibration {calibration})",
         floor_tokens=floor,
         ceilings_tokens=ceilings,
         ceilings_note=note,
@@ -221,8 +226,5 @@ def run_report(
     if target.exists() and target.is_dir():
         target = target / REPORT_FILE
     report = build_input(source, slo=slo, report_dir=target.parent, compare=compare)
-    try:
-        page = write_report(report, target)
-    except OSError as exc:
-        raise UserError(f"-o: cannot write {target}: {exc.strerror or exc}") from None
+    page = write_report(report, target)
     return ReportOutcome(target, report.kind, page.chart_ids, len(page.html.encode("utf-8")))

@@ -8,16 +8,13 @@ and their defaults.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from budgettune.model.stepmodel import (
-    DEFAULT_BANDWIDTH_EFFICIENCY,
-    DEFAULT_COMPUTE_EFFICIENCY,
-    DEFAULT_OVERHEAD_S,
-)
+from budgettune.core.errors import SpecError
+from budgettune.model.calibration import DEFAULT_CALIBRATION, CalibrationChoice
 
 DEFAULT_MODEL = "llama-3.1-8b"  # the model preset predictions and the sim engine use by default
 DEFAULT_GPU = "h100-sxm"  # the GPU preset likewise
@@ -60,8 +57,9 @@ class TrafficRequest:
 @dataclass(slots=True, frozen=True)
 class ModelRequest:
     """The analytic step-time model: a model and a GPU preset (or a custom GPU from the three
-    figures), the dtype and tensor parallelism, and the roofline's efficiencies (the defaults
-    :mod:`budgettune.model.stepmodel` states)."""
+    figures), the dtype and tensor parallelism, the calibration (``measured`` or ``seed``,
+    :mod:`budgettune.model.calibration`) and the figures given instead of its own (None: the
+    calibration's)."""
 
     model: str = DEFAULT_MODEL
     gpu: str = DEFAULT_GPU
@@ -70,10 +68,29 @@ class ModelRequest:
     memory_gb: float | None = None
     dtype: str = "bfloat16"
     tensor_parallel: int = 1
-    compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY
-    bandwidth_efficiency: float = DEFAULT_BANDWIDTH_EFFICIENCY
-    overhead_ms: float = DEFAULT_OVERHEAD_S * 1e3
-    mode: str = "overlapped"
+    calibration: str = DEFAULT_CALIBRATION
+    compute_efficiency: float | None = None
+    bandwidth_efficiency: float | None = None
+    kv_bandwidth_efficiency: float | None = None
+    overhead_ms: float | None = None
+    mode: str | None = None
+
+    @property
+    def choice(self) -> CalibrationChoice:
+        return choice_of(self)
+
+
+def choice_of(request: Any) -> CalibrationChoice:
+    """The calibration a request holding the calibration fields asked for (ModelRequest,
+    ProfileRequest, ServeRequest: the same names)."""
+    return CalibrationChoice(
+        calibration=request.calibration,
+        compute_efficiency=request.compute_efficiency,
+        bandwidth_efficiency=request.bandwidth_efficiency,
+        kv_bandwidth_efficiency=request.kv_bandwidth_efficiency,
+        overhead_ms=request.overhead_ms,
+        mode=request.mode,
+    )
 
 
 @dataclass(slots=True, frozen=True)
@@ -92,9 +109,10 @@ class RooflineRequest:
 @dataclass(slots=True, frozen=True)
 class LaunchRequest:
     """How to launch the engine, beyond which engine, model and GPU: the options ``sweep`` and
-    ``replay`` share."""
+    ``replay`` share. None leaves a setting at the engine's default (budgettune passes no flag
+    the user did not give, but the budget under test and what the run must set)."""
 
-    max_num_seqs: int = 256
+    max_num_seqs: int | None = None
     engine_cmd: str | None = None
     env: tuple[str, ...] = ()
     engine_arg: tuple[str, ...] = ()
@@ -103,6 +121,18 @@ class LaunchRequest:
     gpu_memory_utilization: float | None = None
     prefix_caching: str = "off"
     health_timeout: str | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class ClientRequest:
+    """How the load generator talks to the engine, beyond where: the API (``completions`` or
+    ``chat``), closed-loop ``concurrency`` (None: open loop, the schedule's times), usage in
+    every chunk (``continuous_usage_stats``), and the API key (never recorded, never shown)."""
+
+    endpoint: str = "completions"
+    concurrency: int | None = None
+    continuous_usage_stats: bool = False
+    api_key: str | None = field(default=None, repr=False)
 
 
 @dataclass(slots=True, frozen=True)
@@ -126,6 +156,7 @@ class ReplayRequest:
     slo_tbt: str | None
     slo_ttft: str | None
     percentile: float
+    client: ClientRequest = ClientRequest()
 
 
 @dataclass(slots=True, frozen=True)
@@ -152,12 +183,14 @@ class SimulateRequest:
 
 @dataclass(slots=True, frozen=True)
 class ProfileRequest:
-    """``budgettune profile``: what to measure (``model`` through ``engine``, or the presets
-    with ``analytic``), the probes, the analytic/sim model's figures, how to launch the engine,
-    and where to write (``output``, with ``compare`` drawn beside it in the report)."""
+    """``budgettune profile``: what to measure (``model`` through ``engine``, the presets with
+    ``analytic``, AIConfigurator's database with ``aiconfigurator``, or iteration times from a
+    file, ``from_csv``), the probes, the analytic/sim model's calibration and figures, how to
+    launch the engine, and where to write (``output``, with ``compare`` drawn beside it in the
+    report)."""
 
     model: str
-    engine: str
+    engine: str | None  # None: only with from_csv
     gpu_name: str
     max_tokens: str
     repeats: int
@@ -171,16 +204,21 @@ class ProfileRequest:
     typical_context: int
     probe_timeout: str
     seed: int
-    compute_efficiency: float
-    bandwidth_efficiency: float
-    overhead_ms: float
-    mode: str
+    compute_efficiency: float | None
+    bandwidth_efficiency: float | None
+    overhead_ms: float | None
+    mode: str | None
     tensor_parallel: int
     engine_arg: tuple[str, ...]
     engine_cmd: str | None
     env: tuple[str, ...]
     health_timeout: str | None
     compare: tuple[Path, ...]
+    api_key: str | None = field(default=None, repr=False)
+    calibration: str = DEFAULT_CALIBRATION
+    kv_bandwidth_efficiency: float | None = None
+    from_csv: Path | None = None  # iteration times measured elsewhere (engine "import")
+    time_budget: str = "auto"  # seconds of probing: "auto", "none" or a duration such as 60s
 
 
 @dataclass(slots=True, frozen=True)
@@ -204,14 +242,14 @@ class ServeRequest:
 
     engine: str
     budget: str | None
-    max_num_seqs: int
+    max_num_seqs: int | None
     model: str
     gpu: str
     dtype: str
-    compute_efficiency: float
-    bandwidth_efficiency: float
-    overhead_ms: float
-    mode: str
+    compute_efficiency: float | None
+    bandwidth_efficiency: float | None
+    overhead_ms: float | None
+    mode: str | None
     profile: Path | None
     max_model_len: str | None
     gpu_memory_utilization: float
@@ -223,24 +261,29 @@ class ServeRequest:
     stream_interval: int
     time_scale: float
     emission_log: Path | None
+    api_key: str | None = field(default=None, repr=False)  # None or empty: no key required
+    calibration: str = DEFAULT_CALIBRATION
+    kv_bandwidth_efficiency: float | None = None
 
 
 _PATHS = frozenset({"trace", "profile", "output", "resume"})
 # The option groups a request may hold, by the name of their type (a field's annotation).
-_GROUPS = {kind.__name__: kind for kind in (LaunchRequest, TrafficRequest, ModelRequest)}
+_GROUPS = {
+    kind.__name__: kind for kind in (LaunchRequest, TrafficRequest, ModelRequest, ClientRequest)
+}
 
 
 def flat_options(request: Any) -> dict[str, Any]:
     """Every option of a request by its name, flat (a group's fields beside the command's
     own), JSON-ready but for paths: what sweep.json and results.json record."""
-    flat: dict[str, Any] = {}
-    for field in fields(request):
-        value = getattr(request, field.name)
-        if field.type in _GROUPS:
+    flat = {}
+    for option in fields(request):
+        value = getattr(request, option.name)
+        if option.type in _GROUPS:
             for inner in fields(value):
                 flat[inner.name] = _plain(getattr(value, inner.name))
         else:
-            flat[field.name] = _plain(value)
+            flat[option.name] = _plain(value)
     return flat
 
 
@@ -269,6 +312,12 @@ class SweepRequest:
     max_error_rate: float | None
     output: Path | None = None
     resume: Path | None = None
+    client: ClientRequest = ClientRequest()
+    max_replays: int = 3
+    parallel: int | None = None  # verifications at once (None: one per GPU set, or 1)
+    gpus: str | None = None  # "0,1,2,3": the GPUs slots are made of (None: what nvidia-smi lists)
+    ray: str | None = None  # a Ray cluster to run on: an address, "auto" or "local"
+    calibration: str = DEFAULT_CALIBRATION  # of the analytic predictions and the sim engine
 
     def options(self) -> dict[str, Any]:
         """Every option by its name, flat (the groups' fields beside the sweep's own), as
@@ -278,17 +327,51 @@ class SweepRequest:
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> SweepRequest:
         """The request from :meth:`options`' flat names (a saved sweep's, restored); names it
-        does not know are ignored, paths and lists come back as Path and tuple."""
+        does not know are ignored, paths and lists come back as Path and tuple. A sweep saved
+        before calibrations were named (issue 15) ran on the seed's. Raises SpecError naming the
+        option whose saved value is not of its type (``"requests": "x"``, ``true`` for a
+        count): a hand-edited sweep.json is refused, not run."""
         values = {name: _typed(name, value) for name, value in options.items()}
+        values.setdefault("calibration", "seed")
         own: dict[str, Any] = {}
-        for field in fields(cls):
-            kind = _GROUPS.get(str(field.type))
+        for option in fields(cls):
+            kind = _GROUPS.get(str(option.type))
             if kind is not None:
-                inner = {f.name: values[f.name] for f in fields(kind) if f.name in values}
-                own[field.name] = kind(**inner)
-            elif field.name in values:
-                own[field.name] = values[field.name]
+                inner = {}
+                for inner_field in fields(kind):
+                    if inner_field.name in values:
+                        value = values[inner_field.name]
+                        _check_type(inner_field.name, str(inner_field.type), value)
+                        inner[inner_field.name] = value
+                own[option.name] = kind(**inner)
+            elif option.name in values:
+                _check_type(option.name, str(option.type), values[option.name])
+                own[option.name] = values[option.name]
         return cls(**own)
+
+
+_TYPE_CHECKS: dict[str, Callable[[object], bool]] = {
+    "None": lambda v: v is None,
+    "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "float": lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v == v,
+    "str": lambda v: isinstance(v, str),
+    "bool": lambda v: isinstance(v, bool),
+    "Path": lambda v: isinstance(v, Path),
+    "tuple[str, ...]": lambda v: isinstance(v, tuple) and all(isinstance(x, str) for x in v),
+}
+
+
+def _check_type(name: str, annotation: str, value: Any) -> None:
+    """Refuse a restored option whose value is not of its annotated type (SpecError)."""
+    kinds = [part.strip() for part in annotation.split("|")]
+    known = [kind for kind in kinds if kind in _TYPE_CHECKS]
+    if len(known) != len(kinds):  # a type this check does not know (the client group's)
+        return
+    if not any(_TYPE_CHECKS[kind](value) for kind in kinds):
+        shown = repr(value)
+        shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        raise SpecError(f"saved as {shown}, not a {annotation.replace('None', 'null')}",
+                        field=name)  # fmt: skip
 
 
 def _plain(value: Any) -> Any:

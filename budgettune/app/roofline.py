@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from budgettune.app.requests import RooflineRequest
-from budgettune.core.errors import SpecError
-from budgettune.core.units import parse_int_list
+from budgettune.core.errors import SpecError, shorten
+from budgettune.core.limits import MAX_SEQS, MAX_TOKENS, check_count, check_tokens
+from budgettune.core.units import MAX_LIST_ITEMS, parse_int_list
+from budgettune.model.calibration import Calibration
 from budgettune.model.chunking import ChunkedPrefill, chunked_prefill
 from budgettune.model.stepmodel import StepModel
 
@@ -32,6 +34,11 @@ def parse_prefill_chunk(text: str) -> PrefillChunk:
         ) from None
     if tokens <= 0 or offset < 0:
         raise SpecError(f"{text!r}: N must be positive and OFFSET zero or more", field="prefill")
+    if tokens > MAX_TOKENS or offset > MAX_TOKENS:
+        raise SpecError(
+            f"{shorten(repr(text))}: N and OFFSET are at most {MAX_TOKENS:,} tokens",
+            field="prefill",
+        )
     return PrefillChunk(tokens, offset)
 
 
@@ -106,15 +113,24 @@ def iteration_time(
     model: StepModel, chunks: list[PrefillChunk], decodes: int, context_tokens: int
 ) -> IterationTime:
     """One iteration holding ``chunks`` and ``decodes`` decodes at ``context_tokens``."""
-    prompt_chunks = [(c.tokens, c.offset) for c in chunks]
-    contexts = [context_tokens] * decodes
+    tokens = float(sum(c.tokens for c in chunks))
+    pairs = float(sum(c.tokens * c.offset + c.tokens * c.tokens / 2.0 for c in chunks))
+    prefixes = float(sum(c.offset for c in chunks))
+    aggregates = (
+        tokens,
+        pairs,
+        prefixes,
+        decodes,
+        float(decodes * context_tokens),
+        float(len(chunks) or 1),  # the prompt chunks' sequences (their LM head, CPU time)
+    )
     return IterationTime(
         ridge_tokens=model.ridge_tokens,
-        step_s=model.iteration_time_s(prompt_chunks, contexts),
-        prefill_tokens=sum(c.tokens for c in chunks),
+        step_s=model.step_time_s(*aggregates),
+        prefill_tokens=int(tokens),
         decodes=decodes,
         context_tokens=context_tokens,
-        compute_bound=model.compute_bound(prompt_chunks, contexts),
+        compute_bound=model.compute_bound_of(*aggregates),
         mode=model.mode,
     )
 
@@ -147,27 +163,36 @@ def chunking_times(
 class RooflineAnswer:
     """The answer to a roofline request: a prompt at several chunk sizes, or one iteration;
     ``asked_iteration``: the request named an iteration's contents (else the answer is about
-    the ridge alone)."""
+    the ridge alone); ``calibration``: the one the model was built in."""
 
     times: IterationTime | ChunkingTimes
     asked_iteration: bool
+    calibration: Calibration
 
     def to_json(self) -> dict[str, object]:
         """The ``roofline --json`` document (the ridge alone when no iteration was asked)."""
         times = self.times
+        cal = self.calibration
+        where = {"calibration": cal.name, "calibration_source": cal.source}
         if isinstance(times, IterationTime) and not self.asked_iteration:
-            return {"ridge_tokens": times.ridge_tokens, "mode": times.mode}  # no 0 ms step
-        return times.to_json()
+            return {"ridge_tokens": times.ridge_tokens, "mode": times.mode, **where}  # no 0 ms
+        return {**times.to_json(), **where}
 
 
 def answer(request: RooflineRequest) -> RooflineAnswer:
     """Validate ``request`` and ask the step-time model. Raises SpecError naming the field."""
-    from budgettune.app.step_model import step_model_of
+    from budgettune.app.step_model import calibration_of, gpu_of, step_model_of
 
     if request.decodes < 0:
         raise SpecError(f"must be zero or more, got {request.decodes}", field="decodes")
     if request.context < 0:
         raise SpecError(f"must be zero or more, got {request.context}", field="context")
+    check_count(request.decodes, field="decodes", minimum=0, maximum=MAX_SEQS)
+    check_tokens(request.context, field="context", minimum=0)
+    if request.prompt is not None and request.prompt > 0:
+        check_tokens(request.prompt, field="prompt")
+    if len(request.prefill) > MAX_LIST_ITEMS:
+        raise SpecError(f"at most {MAX_LIST_ITEMS} chunks in one iteration", field="prefill")
     if request.prompt is not None and request.prefill:
         raise SpecError(
             "asks a different question than --prefill; give one of them", field="prompt"
@@ -176,13 +201,17 @@ def answer(request: RooflineRequest) -> RooflineAnswer:
         raise SpecError(
             f"must be a positive number of tokens, got {request.prompt}", field="prompt"
         )
-    step_model = step_model_of(request.model)
+    gpu = gpu_of(request.model)
+    calibration = calibration_of(request.model, gpu)
+    step_model = step_model_of(request.model, gpu)
     if request.prompt is not None:
         sizes = parse_int_list(request.chunk_sizes, field="chunk_sizes")
         chunked = chunking_times(
             step_model, request.prompt, sizes, request.decodes, request.context
         )
-        return RooflineAnswer(chunked, asked_iteration=True)
+        return RooflineAnswer(chunked, asked_iteration=True, calibration=calibration)
     chunks = [parse_prefill_chunk(text) for text in request.prefill]
     times = iteration_time(step_model, chunks, request.decodes, request.context)
-    return RooflineAnswer(times, asked_iteration=bool(chunks or request.decodes))
+    return RooflineAnswer(
+        times, asked_iteration=bool(chunks or request.decodes), calibration=calibration
+    )

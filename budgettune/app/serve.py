@@ -4,17 +4,20 @@ budget given, else the engine-default rule on the GPU), and the server run until
 from __future__ import annotations
 
 import asyncio
+import errno
 from collections.abc import Callable
 
-from budgettune.app.requests import ServeRequest
+from budgettune.app.requests import ServeRequest, choice_of
 from budgettune.app.simulate import parse_budgets
 from budgettune.core.engine_defaults import default_budget_on
-from budgettune.core.errors import SpecError, UserError
+from budgettune.core.errors import EngineError, SpecError
 from budgettune.core.hardware import resolve_gpu
 from budgettune.core.units import parse_tokens
 from budgettune.engines.embedded.config import SimServerConfig
 
 SERVABLE = ("sim",)
+# bind errors that blame the address, not the port (socket.gaierror has no errno of its own)
+_ADDRESS_ERRNOS = frozenset({errno.EADDRNOTAVAIL, -2, -3, -5})
 
 
 def server_config(request: ServeRequest) -> SimServerConfig:
@@ -28,8 +31,10 @@ def server_config(request: ServeRequest) -> SimServerConfig:
             field="engine",
         )
     budget = request.budget
+    defaults = default_budget_on("sim", resolve_gpu(request.gpu))
+    choice_of(request).resolve(request.gpu)  # a bad calibration or figure fails here
     if budget is None:
-        budget_tokens: int | None = default_budget_on("sim", resolve_gpu(request.gpu)).budget_tokens
+        budget_tokens: int | None = defaults.budget_tokens
     else:
         budgets = parse_budgets(budget, field="budget")
         if len(budgets) != 1:
@@ -38,7 +43,7 @@ def server_config(request: ServeRequest) -> SimServerConfig:
     max_model_len = request.max_model_len
     return SimServerConfig(
         budget_tokens=budget_tokens,
-        max_num_seqs=request.max_num_seqs,
+        max_num_seqs=request.max_num_seqs or defaults.max_num_seqs or 256,
         model=request.model,
         gpu=request.gpu,
         dtype=request.dtype,
@@ -51,23 +56,27 @@ def server_config(request: ServeRequest) -> SimServerConfig:
         served_model_name=request.served_model_name,
         time_scale=request.time_scale,
         stream_interval=request.stream_interval,
+        calibration=request.calibration,
         compute_efficiency=request.compute_efficiency,
         bandwidth_efficiency=request.bandwidth_efficiency,
+        kv_bandwidth_efficiency=request.kv_bandwidth_efficiency,
         overhead_ms=request.overhead_ms,
         mode=request.mode,
         emission_log=request.emission_log,
         profile=request.profile,
+        api_key=request.api_key or None,
     )
 
 
 def serve_until_stopped(config: SimServerConfig, on_ready: Callable[[str, str], None]) -> str:
-    """Serve until Ctrl-C; returns the server's one-line summary. Raises UserError (field
+    """Serve until Ctrl-C; returns the server's one-line summary. Raises EngineError (field
     ``port``) when the address cannot be listened on."""
     from budgettune.engines.embedded.server import serve
 
     try:
         return str(asyncio.run(serve(config, on_ready=on_ready)))
-    except OSError as exc:
-        raise UserError(
-            f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}", field="port"
+    except OSError as exc:  # the bind: a port in use, an address this machine does not have
+        raise EngineError(
+            f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}",
+            field="host" if exc.errno in _ADDRESS_ERRNOS or exc.strerror is None else "port",
         ) from None

@@ -6,9 +6,8 @@ scaled to a rate plug in alike. No flag parsing, no printing.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -176,7 +175,7 @@ class SimulateReport:
     goodput: tuple[BudgetGoodput, ...] | None
 
     def to_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {"points": [p.to_json() for p in self.points]}
+        doc = {"points": [p.to_json() for p in self.points]}
         if self.goodput is not None:
             doc["goodput"] = [g.to_json() for g in self.goodput]
         return doc
@@ -299,18 +298,18 @@ def run_simulate(
 def simulate_results(
     report: SimulateReport,
     *,
-    config: dict[str, Any],
+    config: Mapping[str, object],
     command: Sequence[str],
     hardware: HardwareFacts | None,
-    trace: Path | None = None,
+    trace_sha256: str | None = None,
 ) -> Results:
     """The ``simulate`` results document: ``config`` (every option's value) plus the trace's
     SHA-256 when there is one, and :meth:`SimulateReport.results_points` as the points."""
     from budgettune.artifacts.results import Results
 
     config = dict(config)
-    if trace is not None:
-        config["trace_sha256"] = file_sha256(trace)
+    if trace_sha256 is not None:
+        config["trace_sha256"] = trace_sha256
     return Results(
         kind="simulate",
         config=config,
@@ -318,18 +317,6 @@ def simulate_results(
         command=list(command),
         hardware=None if hardware is None else hardware.to_json(),
     )
-
-
-def file_sha256(path: Path) -> str | None:
-    """Hex SHA-256 of a file's bytes, None when it cannot be read (it was read moments ago)."""
-    digest = hashlib.sha256()
-    try:
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    except OSError:
-        return None
-    return digest.hexdigest()
 
 
 def write_simulate_outputs(results: Results, folder: Path) -> tuple[Path, Path]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from budgettune.app.outputs import RESULTS_FOLDER, claim_folder
 from budgettune.app.requests import (
     SIMULATE_OUTPUT_DIST,
     SIMULATE_RATE_PER_S,
@@ -20,7 +21,7 @@ from budgettune.app.requests import (
     flat_options,
 )
 from budgettune.app.simulate import Budget, SimulateReport, parse_budgets, run_simulate
-from budgettune.app.step_model import gpu_of, step_model_of
+from budgettune.app.step_model import calibration_of, gpu_of, step_model_of
 from budgettune.app.traffic import Traffic, build_traffic
 from budgettune.core.errors import SpecError
 from budgettune.core.hardware import GPU, HardwareFacts
@@ -90,6 +91,8 @@ def prepare_simulation(
         name: str(value) if isinstance(value, Path) else value
         for name, value in flat_options(request).items()
     }
+    if request.output is not None:
+        claim_folder(request.output, RESULTS_FOLDER)
     budgets = parse_budgets(request.budgets)
     # Parsed even without goodput, so a typo never passes silently.
     targets = SLO(
@@ -115,7 +118,7 @@ def prepare_simulation(
         )
     model = request.model
     gpu = gpu_of(model)
-    model_label = f"{model.model} on {gpu.name} ({model.mode})"
+    model_label = ""
     ridge_label = "ridge P* = {:.0f} tokens"
     tensor_parallel = model.tensor_parallel
     if request.profile is not None:
@@ -132,6 +135,12 @@ def prepare_simulation(
             ridge_label = "fitted F/B = {:.0f} tokens (the profile found no knee)"
     else:
         step_model = step_model_of(model, gpu)
+        calibration = calibration_of(model, gpu)
+        options.update(mode=step_model.mode)
+        model_label = (
+            f"{model.model} on {gpu.name} ({step_model.mode}; calibration {calibration.name}: "
+            f"{calibration.source})"
+        )
     capacity = kv_capacity_blocks(
         step_model,
         gpu,
@@ -199,6 +208,6 @@ def write_simulation(
         config=config,
         command=tuple(command),
         hardware=hardware,
-        trace=prepared.request.traffic.trace,
+        trace_sha256=prepared.traffic.report.sha256 if prepared.traffic.report else None,
     )
     write_simulate_outputs(results, folder)

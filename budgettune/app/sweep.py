@@ -13,46 +13,43 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from budgettune.app.executors import Executor, InProcess, RoundEvents
 from budgettune.app.profile import ProfileConfig, ProfileOutcome, run_profile
 from budgettune.app.profile import validate as validate_profile
-from budgettune.app.replay import ReplayConfig, run_replay
+from budgettune.app.rounds import verify_in_rounds
+from budgettune.app.slots import Slot
+from budgettune.app.traffic import Traffic
 from budgettune.artifacts.engine_config import FixedSettings
 from budgettune.artifacts.recommendation import (
+    RunFacts,
     recommendation_document,
     sweep_results,
     write_outputs,
 )
 from budgettune.artifacts.results import save_results
-from budgettune.artifacts.runfolder import append_point, create_run_folder, resume_run_folder
-from budgettune.core.errors import EngineError
+from budgettune.artifacts.runfolder import create_run_folder, resume_run_folder
 from budgettune.core.hardware import resolve_model
-from budgettune.core.metrics import MetricsSummary, quantile, summarize, tbt_s, ttft_s
+from budgettune.core.metrics import MetricsSummary, summarize
 from budgettune.core.units import ms_or_none
 from budgettune.engines.base import EngineHandle, StartProgress
 from budgettune.engines.registry import get_engine
 from budgettune.loadgen.runner import RunProgress, Target, run_schedule
-from budgettune.loadgen.stop import StopReason
 from budgettune.model.profile import Profile, load_profile
 from budgettune.profiling.plan import ProgressFn
 from budgettune.trace.schedule import Schedule
 from budgettune.tune.candidates import Candidates, budget_candidates
-from budgettune.tune.early_stop import EarlyStop
 from budgettune.tune.goodput import GoodputResult, find_goodput
 from budgettune.tune.point import (
     AtSlo,
     Goodput,
     GoodputProbe,
     Point,
-    Predicted,
     Role,
     Status,
-    SummaryMs,
 )
 from budgettune.tune.predict import Prediction, predict, typical_context_tokens
 from budgettune.tune.select import Recommendation, recommend
-from budgettune.tune.strategy import SearchState, Verdict, next_index
 from budgettune.tune.sweep_config import SweepConfig
 
 PROFILE_FILE = "profile.json"  # the profile a sweep on a real engine measures first
@@ -72,6 +69,8 @@ class SweepEvents:
     on_replay: Callable[[RunProgress], None] | None = None
     on_point: Callable[[Point], None] | None = None
     on_message: Callable[[str], None] | None = None
+    on_slot: Callable[[int, str], None] | None = None  # slot index, what it does now
+    on_round: Callable[[int, Sequence[tuple[int, Role]]], None] | None = None  # round, budgets
 
 
 @dataclass(slots=True)
@@ -84,6 +83,14 @@ class SweepResult:
     wall_s: float
     files: dict[str, Path]
     document: dict[str, object]  # what recommendation.json holds
+
+    @property
+    def engine_failure(self) -> Point | None:
+        """The first point when no budget was measured at all (every engine failed to start,
+        crashed, or answered too many errors): the sweep then failed, it found no answer."""
+        if not self.points or any(point.is_measured for point in self.points):
+            return None
+        return self.points[0]
 
 
 def open_run(run_dir: Path, settings: Mapping[str, object], *, resume: bool) -> list[Point]:
@@ -112,6 +119,7 @@ def profile_config(
     engine_cmd: tuple[str, ...] | None = None,
     engine_env: dict[str, str] | None = None,
     health_timeout_s: float | None = None,
+    api_key: str | None = None,
 ) -> ProfileConfig:
     """The profile step of a sweep on a real engine: `budgettune profile`'s defaults, with
     prompts up to the largest budget the sweep considers (``budgets`` and the reference; without
@@ -139,6 +147,7 @@ def profile_config(
         engine_env=dict(engine_env or {}),
         health_timeout_s=health_timeout_s,
         log_path=run_dir / "engine-profile.log",
+        api_key=api_key,
     )
     validate_profile(config)
     return config
@@ -178,9 +187,20 @@ def plan(
     q = config.quantile
     warmup = config.run.warmup_requests
     probe_budget = config.default_budget or 2048
-    baseline = predict(
-        schedule, config.step_model, config.scheduler, probe_budget, q=q, warmup_requests=warmup
-    )
+
+    def predict_at(budget: int) -> Prediction:
+        # The replays' traffic: open loop at the schedule's times, or --concurrency's loop.
+        return predict(
+            schedule,
+            config.step_model,
+            config.scheduler,
+            budget,
+            q=q,
+            warmup_requests=warmup,
+            concurrency=config.run.concurrency,
+        )
+
+    baseline = predict_at(probe_budget)
     context = typical_context_tokens(schedule)
     derived = budget_candidates(
         config.step_model,
@@ -200,73 +220,57 @@ def plan(
         *([config.default_budget] if config.default_budget else []),
     }:
         if budget not in predictions:
-            predictions[budget] = predict(
-                schedule, config.step_model, config.scheduler, budget, q=q, warmup_requests=warmup
-            )
+            predictions[budget] = predict_at(budget)
     return candidates, predictions, context
 
 
 async def run_sweep(
     config: SweepConfig,
-    schedule: Schedule,
-    schedule_at: Callable[[float], Schedule],
+    traffic: Traffic,
     events: SweepEvents | None = None,
     finished: Sequence[Point] = (),
+    *,
+    slots: Sequence[Slot] = (Slot(0),),
+    executor: Executor | None = None,
 ) -> SweepResult:
     """Plan, verify live, recommend, and write the run folder, which :func:`open_run` made
-    (``finished``: the points it already holds, none of them re-run). An engine that fails at
-    one budget is recorded and skipped."""
+    (``finished``: the points it already holds, none of them re-run but those whose worker was
+    lost). An engine that fails at one budget is recorded and skipped. ``traffic``: the
+    schedule, the same requests with fresh arrivals (re-measures), and at other rates
+    (``--goodput``). ``slots`` and ``executor``: where the verifications run, up to one per slot
+    at a time (default: one, in this process)."""
     events = events or SweepEvents()
+    executor = executor or InProcess()
+    schedule = traffic.schedule
     started = time.perf_counter()
-    done: dict[int, Point] = {point.budget: point for point in finished}
+    done = {point.budget: point for point in finished if point.status is not Status.LOST}
     candidates, predictions, _ = plan(config, schedule)
     if events.on_plan:
         events.on_plan(candidates, predictions)
-    slo = config.slo
-    predicted = {}
-    for budget, prediction in predictions.items():
-        judgement = slo.judge_at(prediction.tbt_s, prediction.ttft_s)
-        predicted[budget] = Verdict(tbt_ok=judgement.tbt_ok, ttft_ok=judgement.ttft_ok)
-    launches = 0
-
-    async def measure(budget: int, role: Role) -> None:
-        nonlocal launches
-        launches += 1
-        if events.on_launch:
-            events.on_launch(budget, role)
-        point = await _verify(
-            config,
-            schedule,
-            budget,
-            role,
-            predictions.get(budget),
-            events,
-            early_stop=not config.exhaustive,
-        )
-        append_point(config.run_dir, point)
-        done[budget] = point
-        if events.on_point:
-            events.on_point(point)
-
-    for budget in candidates.budgets if config.exhaustive else ():
-        if budget not in done:
-            await measure(budget, Role.CANDIDATE)
-    while not config.exhaustive:
-        usable = [b for b in candidates.budgets if b not in done or done[b].is_measured]
-        state = SearchState(n=len(usable))
-        for position, budget in enumerate(usable):
-            if budget in done:
-                state.record(position, Verdict(bool(done[budget].tbt_ok),
-                                               bool(done[budget].ttft_ok)))  # fmt: skip
-        chosen = next_index(state, [predicted[b] for b in usable])
-        if chosen is None:
-            break
-        await measure(usable[chosen], Role.CANDIDATE)
-    if config.default_budget is not None and config.default_budget not in done:
-        await measure(config.default_budget, Role.REFERENCE)
+    round_events = RoundEvents(
+        on_slot=events.on_slot,
+        on_message=events.on_message,
+        on_replay=events.on_replay,
+        on_start=events.on_start,
+        on_ready=events.on_ready,
+        on_launch=events.on_launch,
+    )
+    rounds = await verify_in_rounds(
+        config,
+        traffic,
+        candidates,
+        predictions,
+        done,
+        executor=executor,
+        slots=slots,
+        events=round_events,
+        on_point=events.on_point,
+        on_round=events.on_round,
+    )
+    launches = rounds.launches
     points = [done[b] for b in sorted(done)]
     if config.goodput:
-        points = await _goodput(config, schedule_at, points, events)
+        points = await _goodput(config, traffic.at_rate, points, events)
     recommendation = recommend(
         points,
         slo_tbt_s=config.slo_tbt_s,
@@ -278,18 +282,25 @@ async def run_sweep(
         default_budget=config.default_budget,
         candidates=candidates,
         baseline_label=config.baseline_label,
+        concurrency=config.run.concurrency,
     )
     wall_s = time.perf_counter() - started
     document = recommendation_document(
-        config, candidates, predictions, points, recommendation, launches, wall_s
+        config,
+        candidates,
+        predictions,
+        points,
+        recommendation,
+        RunFacts(launches, rounds.rounds, len(slots), executor.name, wall_s),
     )
     files = write_outputs(
         config.run_dir,
         recommendation,
         document=document,
-        max_num_seqs=config.scheduler.max_num_seqs,
+        engine=config.engine,
         served_model=config.served_model,
         fixed=FixedSettings(
+            max_num_seqs=config.base_spec.max_num_seqs,
             max_model_len=config.base_spec.max_model_len,
             tensor_parallel_size=config.base_spec.tensor_parallel_size,
             gpu_memory_utilization=config.base_spec.gpu_memory_utilization,
@@ -307,126 +318,6 @@ async def run_sweep(
     return SweepResult(
         candidates, predictions, points, recommendation, launches, wall_s, files, document
     )
-
-
-async def _verify(
-    config: SweepConfig,
-    schedule: Schedule,
-    budget: int,
-    role: Role,
-    prediction: Prediction | None,
-    events: SweepEvents,
-    *,
-    early_stop: bool = True,
-) -> Point:
-    """Launch the engine at ``budget``, replay (stopping once the verdict is certain, unless
-    ``early_stop`` is off), and describe the point."""
-    rule = EarlyStop(
-        schedule,
-        config.run.warmup_requests,
-        config.slo_tbt_s,
-        config.slo_ttft_s,
-        config.quantile,
-    )
-    spec = dataclasses.replace(
-        config.base_spec,
-        budget_tokens=budget,
-        chunked_prefill=True,
-        log_path=config.run_dir / f"engine-{budget}.log",
-    )
-    replay = ReplayConfig(
-        engine=config.engine,
-        spec=spec,
-        run=config.run,
-        traffic=config.traffic,
-        output_dir=config.run_dir / f"budget-{budget}",
-        command=config.command,
-        config={**config.settings, "budget": budget},
-        hardware=config.hardware,
-    )
-    predicted = None if prediction is None else Predicted.of(prediction)
-    started = time.perf_counter()
-    try:
-        result = await run_replay(
-            replay,
-            schedule,
-            on_start=events.on_start,
-            on_ready=events.on_ready,
-            on_progress=events.on_replay,
-            stop_rule=rule if early_stop else None,
-        )
-    except EngineError as error:
-        return Point(
-            budget=budget,
-            role=role,
-            rate_per_s=config.rate_per_s,
-            predicted=predicted,
-            status=Status.ENGINE_FAILED,
-            error=str(error),
-            log_tail=error.log_tail,
-            tbt_ok=None,
-            ttft_ok=None,
-            ok=False,
-            wall_s=round(time.perf_counter() - started, 3),
-        )
-    outcome = result.outcome
-    if outcome.stopped_by is StopReason.INTERRUPTED:
-        # Ctrl-C: the point is not finished; leave it out of points.jsonl so --resume reruns it.
-        raise KeyboardInterrupt
-    stopped_early = outcome.stopped_by is StopReason.EARLY_STOP
-    measured = outcome.measured()
-    summary = result.summary
-    if stopped_early:
-        # Requests the early stop cancelled in flight are our doing, not the engine's failures:
-        # the partial figures cover the requests that finished on their own.
-        measured = [
-            live.record for live in outcome.records if not live.warmup and not live.cancelled
-        ]
-        summary = summarize(measured)
-    status = Status.MEASURED
-    if result.engine_crashed:
-        status = Status.CRASHED
-    elif outcome.stopped_by is not None and not stopped_early:
-        status = Status.ABORTED
-    tbt_q = _quantile_or_zero(tbt_s(measured), config.quantile)
-    ttft_q = quantile(ttft_s(measured), config.quantile)
-    complete = outcome.complete
-    # A verdict the early stop made certain is final; the other SLO, cut short, is unknown and
-    # counted as met so that it prunes no budget it has not proven infeasible.
-    if not early_stop:
-        rule(outcome.records)  # the same counts, for the record, without stopping
-    judgement = config.slo.judge_at(tbt_q, ttft_q)
-    tbt_ok = not rule.tbt_failed and (judgement.tbt_ok or not complete)
-    ttft_ok = not rule.ttft_failed and (judgement.ttft_ok or not complete)
-    is_measured = status is Status.MEASURED
-    return Point(
-        budget=budget,
-        role=role,
-        rate_per_s=config.rate_per_s,
-        predicted=predicted,
-        status=status,
-        measured=SummaryMs.of(summary),
-        tbt_ms=tbt_q * 1e3,
-        ttft_ms=ttft_q * 1e3 if ttft_q != float("inf") else None,
-        tbt_ok=tbt_ok if is_measured else None,
-        ttft_ok=ttft_ok if is_measured else None,
-        ok=is_measured and tbt_ok and ttft_ok,
-        complete=complete,
-        stopped_by=StopReason.EARLY_STOP
-        if stopped_early
-        else (StopReason.ERROR_RATE if status is Status.ABORTED else None),
-        stop_message=outcome.stop_reason if stopped_early else None,
-        error=result.engine_crashed or (outcome.stop_reason if status is Status.ABORTED else None),
-        log_tail=result.engine.log_tail,
-        engine=result.engine.to_json(log_tail=False),
-        results_file=str(result.results_file) if result.results_file else None,
-        selfcheck=outcome.selfcheck().to_json(),
-        wall_s=round(time.perf_counter() - started, 3),
-    )
-
-
-def _quantile_or_zero(values: Any, q: float) -> float:
-    return quantile(values, q) if len(values) else 0.0
 
 
 async def _goodput(
@@ -456,7 +347,7 @@ async def _goodput(
         )
         _say(events, f"goodput search at budget {budget}")
         async with get_engine(config.engine).launch(spec, events.on_start) as handle:
-            target = Target(handle.url, handle.model)
+            target = Target(handle.url, handle.model, config.base_spec.api_key, handle.metrics_path)
 
             def evaluate(rate: float, target: Target = target) -> MetricsSummary:
                 future = asyncio.run_coroutine_threadsafe(

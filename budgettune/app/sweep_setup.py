@@ -18,8 +18,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from budgettune.app.launch import launch_spec, resolve_engine
+from budgettune.app.client import client_settings, without_key
+from budgettune.app.launch import external_budget, launch_spec, resolve_engine
 from budgettune.app.requests import DEFAULT_GPU, DEFAULT_MODEL, ModelRequest, SweepRequest
+from budgettune.app.slots import GPU_ENGINES, Slot, SlotPlan, parse_gpus, plan_slots
 from budgettune.app.traffic import Traffic, build_traffic, max_model_len_tokens
 from budgettune.artifacts.sweep_options import (
     OPTIONS_KEY,
@@ -27,17 +29,21 @@ from budgettune.artifacts.sweep_options import (
     restore_options,
     saved_options,
 )
-from budgettune.core.engine_defaults import default_budget_on
+from budgettune.core.engine_defaults import DefaultBudget, default_budget_on
 from budgettune.core.errors import SpecError
 from budgettune.core.hardware import GPU, resolve_gpu
+from budgettune.core.limits import check_tokens
 from budgettune.core.units import parse_duration_s, parse_int_list
+from budgettune.engines.base import LaunchSpec
 from budgettune.loadgen.runner import RunOptions
+from budgettune.model.calibration import DEFAULT_CALIBRATION, CalibrationChoice
 from budgettune.model.stepmodel import StepModel
 from budgettune.sim.kvcache import kv_capacity_blocks
 from budgettune.sim.scheduler import SchedulerConfig
 from budgettune.tune.sweep_config import ModelSourceKind, SweepConfig
 
 if TYPE_CHECKING:
+    from budgettune.app.executors import Executor
     from budgettune.app.profile import ProfileConfig, ProfileOutcome
     from budgettune.tune.gpu import DetectedGPU
     from budgettune.tune.point import Point
@@ -45,17 +51,26 @@ if TYPE_CHECKING:
 DEFAULT_RATE_PER_S = 8.0  # synthetic traffic without --rate
 DEFAULT_REQUESTS = 240  # synthetic traffic without --requests
 ANALYTIC = "analytic"  # profile "analytic": the presets' roofline, no profile step
-REAL_ENGINES = ("vllm", "sglang")
+REAL_ENGINES = ("vllm", "sglang", "trtllm")
+# The predictions' sequence limit where the engine sizes its running batch itself (SGLang, from
+# its KV pool): the KV cache is then the limit that binds.
+ENGINE_SIZED_SEQS = 4096
+
+
+ONE_SLOT = SlotPlan((Slot(0),), "one slot")
 
 
 @dataclass(slots=True, frozen=True)
 class PreparedSweep:
     """What the sweep runs: its config, the traffic (its schedule, and at other rates for
-    ``--goodput``), and the budgets a resumed run folder already measured."""
+    ``--goodput``), the budgets a resumed run folder already measured, the slots the
+    verifications run in and the Ray cluster to run them on (None: this machine)."""
 
     config: SweepConfig
     traffic: Traffic
     finished: Sequence[Point]
+    slots: SlotPlan = ONE_SLOT
+    ray: str | None = None
 
 
 def resumed_request(
@@ -69,6 +84,8 @@ def resumed_request(
     saved = read_saved_options(request.resume)
     if saved is None:
         return request
+    if "calibration" not in saved:  # saved before calibrations were named: the seed's
+        saved = {**saved, "calibration": "seed"}
     restored = restore_options(request.resume, saved, request.options(), set(given), flags)
     return SweepRequest.from_options(restored)
 
@@ -86,6 +103,22 @@ def prepare_sweep(
     UserError subclasses naming the field, before any run folder exists for a mistake."""
     resume = request.resume
     slo_tbt_s, slo_ttft_s = _checked_slos(request)
+    client = client_settings(request.client)
+    if client.concurrency is not None and request.goodput:
+        raise SpecError(
+            "searches the highest request rate; a closed loop (--concurrency) sends no rate",
+            field="goodput",
+        )
+    # The load generator's options first: a bad one is refused before anything is printed.
+    run_options = RunOptions(
+        max_error_rate=request.max_error_rate,
+        request_timeout_s=parse_duration_s(request.request_timeout, field="request_timeout"),
+        seed=request.traffic.seed,
+        warmup_requests=request.warmup,
+        endpoint=client.endpoint,
+        concurrency=client.concurrency,
+        continuous_usage=client.continuous_usage,
+    )
     target = engine_target(request)
     engine, model, gpu, detected, gpu_card = (
         target.engine,
@@ -95,6 +128,7 @@ def prepare_sweep(
         target.gpu_card,
     )
     url, launch = request.url, request.launch
+    slot_plan = sweep_slots(request, engine)
     profile = request.profile
     analytic = profile is not None and str(profile) == ANALYTIC
     measure_first = profile is None and engine in REAL_ENGINES
@@ -115,6 +149,11 @@ def prepare_sweep(
         # the engine runs the predictions' model
         flag = shlex.join(["--profile", str(profile.resolve())])
         launch = replace(launch, engine_arg=(*launch.engine_arg, flag))
+    elif engine == "sim":  # the engine runs the predictions' presets, in their calibration
+        from budgettune.engines.embedded.cli import calibration_flags
+
+        flag = shlex.join(calibration_flags(CalibrationChoice(request.calibration)))
+        launch = replace(launch, engine_arg=(*launch.engine_arg, flag))
     spec = launch_spec(
         launch,
         engine=engine,
@@ -123,10 +162,22 @@ def prepare_sweep(
         url=url,
         max_model_len_tokens=max_model_len_tokens(traffic_request),
     )
-    default_budget = reference_budget(request.baseline, engine, gpu_card, detected)
-    candidate_budgets = (
-        tuple(parse_int_list(request.budgets, field="budgets")) if request.budgets else None
-    )
+    # Asking vLLM takes 5-15 s: only when the baseline or the sequence limit needs it.
+    needs_defaults = request.baseline.strip().lower() == "auto" or spec.max_num_seqs is None
+    defaults = engine_defaults_for(engine, spec, gpu_card, detected) if needs_defaults else None
+    # The predictions' running-sequence limit: the user's, else the engine's own default.
+    engine_seqs = spec.max_num_seqs or (defaults.max_num_seqs if defaults else None)
+    if engine == "external":  # one server, one budget: the one it runs
+        assert url is not None
+        candidate_budgets: tuple[int, ...] | None = (external_budget(request, url, client.api_key),)
+        default_budget = None
+    else:
+        default_budget = reference_budget(request.baseline, defaults)
+        candidate_budgets = (
+            tuple(parse_int_list(request.budgets, field="budgets"))
+            if request.budgets is not None
+            else None
+        )
     profiling = None
     step_model: StepModel | None = None
     model_source = ""
@@ -136,17 +187,19 @@ def prepare_sweep(
 
         assert model is not None  # checked above for vllm and sglang
         profiling = profile_config(
-            run_dir, engine=engine, model=model, gpu=gpu, max_num_seqs=spec.max_num_seqs or 256,
+            run_dir, engine=engine, model=model, gpu=gpu,
+            max_num_seqs=engine_seqs or ENGINE_SIZED_SEQS,
             budgets=candidate_budgets, reference_budget=default_budget,
             seed=traffic_request.seed, dtype=spec.dtype,
             tensor_parallel=spec.tensor_parallel_size,
             gpu_memory_utilization=spec.gpu_memory_utilization, engine_args=spec.extra_args,
-            engine_cmd=spec.engine_cmd, engine_env=dict(spec.env),
-            health_timeout_s=spec.health_timeout_s,
+            engine_cmd=spec.engine_cmd,
+            engine_env={**spec.env, **slot_plan.slots[0].engine_env()},  # slot 0's GPUs
+            health_timeout_s=spec.health_timeout_s, api_key=client.api_key,
         )  # fmt: skip
     else:
         step_model, model_source, source_kind = analytic_or_given_model(
-            profile, model, gpu_card.name if gpu_card else None, engine
+            profile, model, gpu_card.name if gpu_card else None, engine, request.calibration
         )
         if detected is not None and detected.name and detected.preset is None:
             model_source += (
@@ -157,12 +210,23 @@ def prepare_sweep(
         request, engine, traffic, run_dir, measure_first, synthetic, default_budget,
         spec.extra_args, traffic_request.rate,
     )  # fmt: skip
-    say(target.why)
-    if detected is not None:
-        say(detected_line(detected, engine, request.baseline, default_budget))
+    settings.update(client.to_json())
+    traffic_line = client.describe(traffic.description)
     from budgettune.app.sweep import PROFILE_FILE, open_run
 
+    # The run folder before any line: a folder that cannot be used is one error, nothing else.
     finished = open_run(run_dir, settings, resume=resume is not None)
+    say(target.why)
+    if detected is not None:
+        say(detected_line(detected, defaults, request.baseline, default_budget))
+    elif defaults is not None and request.baseline.strip().lower() == "auto":
+        say(f"engine default budget {defaults.budget_tokens} ({defaults.rule})")
+    if engine == "external" and candidate_budgets:
+        told = request.baseline.strip().lower() in ("auto", "none")
+        say(
+            f"server budget {candidate_budgets[0]} "
+            f"({'its /server_info' if told else 'as given with --baseline'}): measured as it runs"
+        )
     if resume is not None:
         say(f"resuming {run_dir}: {len(finished)} budget(s) already measured")
     if profiling is not None:
@@ -170,26 +234,25 @@ def prepare_sweep(
         gpu_card = gpu_card or _profile_gpu(run_dir / PROFILE_FILE)
     assert step_model is not None
     say(f"step-time model: {model_source}")
-    say(f"traffic: {traffic.description}")
+    say(f"traffic: {traffic_line}")
     config = SweepConfig(
         slo_tbt_s=slo_tbt_s,
         slo_ttft_s=slo_ttft_s,
         percentile=request.percentile,
         engine=engine,
         base_spec=spec,
-        run=RunOptions(
-            max_error_rate=request.max_error_rate,
-            request_timeout_s=parse_duration_s(request.request_timeout, field="request_timeout"),
-            seed=traffic_request.seed,
-            warmup_requests=request.warmup,
-        ),
+        run=run_options,
         step_model=step_model,
         model_source=model_source,
         model_source_kind=source_kind,
         scheduler=predictions_scheduler(
-            step_model, gpu_card, launch.max_num_seqs, launch.tensor_parallel_size or 1
+            step_model,
+            gpu_card,
+            engine_seqs or ENGINE_SIZED_SEQS,
+            launch.tensor_parallel_size or 1,
+            decodes_beside_prefill=engine != "sglang" or "--enable-mixed-chunk" in spec.extra_args,
         ),
-        traffic=traffic.description,
+        traffic=traffic_line,
         rate_per_s=schedule.rate_per_s,
         asked_rate_per_s=traffic_request.rate,
         requests=len(schedule),
@@ -197,14 +260,16 @@ def prepare_sweep(
         budgets=candidate_budgets,
         align_tokens=request.align,
         default_budget=default_budget,
+        engine_defaults=defaults,
         baseline_label="Your engine default"
         if request.baseline == "auto"
         else "Your current budget",
         goodput=request.goodput,
         exhaustive=request.exhaustive,
+        max_replays=request.max_replays,
         resume=resume is not None,
         settings=settings,
-        command=tuple(command),
+        command=without_key(command),
         hardware={
             "gpu": gpu_card.name if gpu_card else None,
             **({"gpu_detected": detected.describe()} if detected else {}),
@@ -212,7 +277,54 @@ def prepare_sweep(
         },
         served_model=model if engine in REAL_ENGINES else None,
     )
-    return PreparedSweep(config, traffic, finished)
+    if slot_plan.parallel > 1 or request.ray:
+        say(f"slots: {slot_plan.how}" + (f"; on Ray ({request.ray})" if request.ray else ""))
+    return PreparedSweep(config, traffic, finished, slot_plan, request.ray)
+
+
+def executor_for(prepared: PreparedSweep) -> Executor:
+    """Where the prepared sweep's verifications run: Ray with ``--ray``, a process per slot with
+    several slots, else this process. Raises UserError when Ray is asked for and missing."""
+    from budgettune.app.executors import InProcess, LocalProcesses
+
+    if prepared.ray:
+        from budgettune.app.executor_ray import RayExecutor
+
+        tensor_parallel = prepared.config.base_spec.tensor_parallel_size or 1
+        gpus = float(tensor_parallel) if prepared.config.engine in GPU_ENGINES else 0.0
+        return RayExecutor(prepared.ray, gpus_per_task=gpus)
+    if prepared.slots.parallel > 1:
+        return LocalProcesses()
+    return InProcess()
+
+
+def sweep_slots(request: SweepRequest, engine: str) -> SlotPlan:
+    """The slots of ``request`` for ``engine``: GPU sets of nvidia-smi's GPUs (or ``--gpus``)
+    on vLLM and SGLang, processes on the built-in engine; on Ray, ``--parallel`` tasks that each
+    ask Ray for their GPUs. Raises SpecError naming the field."""
+    if request.goodput and (request.parallel or 1) > 1:
+        raise SpecError("runs one budget at a time; use --parallel 1", field="goodput")
+    gpus = parse_gpus(request.gpus)
+    tensor_parallel = request.launch.tensor_parallel_size or 1
+    if request.ray:
+        if engine == "external":
+            raise SpecError("a server you run is not started on Ray", field="ray")
+        if gpus is not None:
+            raise SpecError("Ray chooses each task's GPUs; leave --gpus out", field="gpus")
+        count = request.parallel or 1
+        return SlotPlan(tuple(Slot(i) for i in range(count)), f"{count} Ray task(s) at once")
+    visible: list[int] = []
+    if engine in GPU_ENGINES:
+        from budgettune.model.profile import query_gpus
+
+        visible = [int(row[0]) for row in query_gpus("index") if row[0].isdigit()]
+    return plan_slots(
+        engine,
+        parallel=request.parallel,
+        gpus=gpus,
+        tensor_parallel=tensor_parallel,
+        visible_gpus=visible,
+    )
 
 
 def _checked_slos(request: SweepRequest) -> tuple[float, float]:
@@ -294,7 +406,7 @@ def _settings(
 
     launch, traffic_request, profile = request.launch, request.traffic, request.profile
     trace = traffic_request.trace
-    settings: dict[str, Any] = {
+    settings = {
         "slo_tbt_s": parse_duration_s(request.slo_tbt or "", field="slo_tbt"),
         "slo_ttft_s": parse_duration_s(request.slo_ttft, field="slo_ttft"),
         "percentile": request.percentile, "engine": engine, "traffic": traffic.description,
@@ -308,80 +420,112 @@ def _settings(
         "rate": rate, "synthetic": synthetic, "requests": len(traffic.schedule),
         "warmup": request.warmup, "seed": traffic_request.seed, "goodput": request.goodput,
         "exhaustive": request.exhaustive, "baseline": default_budget,
+        "max_replays": request.max_replays, "parallel": request.parallel, "gpus": request.gpus,
+        "ray": request.ray,
     }  # fmt: skip
     settings[OPTIONS_KEY] = saved_options({**request.options(), "engine": engine})
     settings["python_version"] = platform.python_version()
-    if trace is not None:
-        from budgettune.app.simulate import file_sha256
-
-        settings["trace_sha256"] = file_sha256(trace)
+    if trace is not None and traffic.report is not None:
+        settings["trace_sha256"] = traffic.report.sha256
     return settings
 
 
-def reference_budget(
-    text: str, engine: str, gpu_card: GPU | None, detected: DetectedGPU | None
-) -> int | None:
-    """The reference budget: the engine's default for ``auto`` (on the detected GPU when no
-    GPU is named), a number, or None for ``none``."""
+def engine_defaults_for(
+    engine: str, spec: LaunchSpec, gpu_card: GPU | None, detected: DetectedGPU | None
+) -> DefaultBudget | None:
+    """The budget and sequence limit ``engine`` picks when given neither: vLLM asked in its own
+    interpreter, else the table's on the detected GPU (or the named one); None for a running
+    server (``external``: its budget is whatever it was started with)."""
+    if engine == "external":
+        return None
+    if engine == "sim":
+        return default_budget_on(engine, gpu_card)
+    from budgettune.engines.defaults_probe import engine_defaults
+    from budgettune.engines.vllm import DEFAULT_COMMAND
+
+    if detected is not None:  # nvidia-smi's card (no --gpu); none seen: a CPU build
+        name, memory = detected.name, detected.memory_bytes
+    elif gpu_card is not None:
+        name, memory = gpu_card.name, gpu_card.memory_bytes
+    else:
+        name, memory = None, None
+    command = spec.engine_cmd or (DEFAULT_COMMAND if engine == "vllm" else None)
+    return engine_defaults(
+        engine,
+        command,
+        spec.env,
+        gpu_name=name,
+        memory_bytes=memory,
+        tensor_parallel=spec.tensor_parallel_size or 1,
+    )
+
+
+def reference_budget(text: str, defaults: DefaultBudget | None) -> int | None:
+    """The reference budget: the engine's default for ``auto`` (``defaults``; None: unknown),
+    a number, or None for ``none``."""
     choice = text.strip().lower()
     if choice == "none":
         return None
     if choice == "auto":
-        if engine == "external":
-            return None  # a running server's budget is whatever it was started with
-        if detected is not None:
-            return detected.default_budget(engine)[0]
-        return default_budget_on(engine, gpu_card).budget_tokens
+        return None if defaults is None else defaults.budget_tokens
     try:
         value = int(choice)
     except ValueError:
         raise SpecError(
             f"use auto, none or a number of tokens, got {text!r}", field="baseline"
         ) from None
-    if value <= 0:
-        raise SpecError(f"must be positive, got {value}", field="baseline")
-    return value
+    return check_tokens(value, field="baseline")
 
 
 def detected_line(
-    detected: DetectedGPU, engine: str, baseline: str, default_budget: int | None
+    detected: DetectedGPU, defaults: DefaultBudget | None, baseline: str, default_budget: int | None
 ) -> str:
-    """One line: the card nvidia-smi shows and the reference budget it implies."""
+    """One line: the card nvidia-smi shows and the reference budget."""
     text = f"GPU: {detected.describe()}; "
     choice = baseline.strip().lower()
-    if choice == "auto":
-        budget, rule = detected.default_budget(engine)
-        return text + f"engine default budget {budget} ({rule})"
+    if choice == "auto" and defaults is not None:  # always, for the engines nvidia-smi is read for
+        return text + f"engine default budget {defaults.budget_tokens} ({defaults.rule})"
     if choice == "none":
         return text + "no reference budget (--baseline none)"
     return text + f"reference budget {default_budget} (--baseline)"
 
 
 def analytic_or_given_model(
-    profile: Path | None, model: str | None, gpu: str | None, engine: str
+    profile: Path | None,
+    model: str | None,
+    gpu: str | None,
+    engine: str,
+    calibration: str = DEFAULT_CALIBRATION,
 ) -> tuple[StepModel, str, ModelSourceKind]:
-    """The predictions' model from a profile file, else the analytic roofline, with a line
-    saying which and why, and which kind it is."""
-    from budgettune.app.step_model import step_model_of
+    """The predictions' model from a profile file, else the analytic roofline in
+    ``calibration``, with a line saying which and why, and which kind it is."""
+    from budgettune.app.step_model import calibration_of, step_model_of
 
     if profile is not None and str(profile) != ANALYTIC:
         from budgettune.model.profile import load_profile, profile_step_model
 
-        calibrated = profile_step_model(load_profile(profile))
-        return calibrated, f"calibrated profile {profile}", ModelSourceKind.PROFILE
+        profiled = profile_step_model(load_profile(profile))
+        return profiled, f"calibrated profile {profile}", ModelSourceKind.PROFILE
     analytic = ModelSourceKind.ANALYTIC
     shape_source = model or DEFAULT_MODEL
     card = gpu or DEFAULT_GPU
-    step_model = step_model_of(ModelRequest(model=shape_source, gpu=card))
+    asked = ModelRequest(model=shape_source, gpu=card, calibration=calibration)
+    step_model = step_model_of(asked)
+    calibrated = calibration_of(asked)
     roofline = f"analytic roofline of {shape_source} on {card}"
+    where = f"; calibration {calibrated.name}: {calibrated.source}"
     if profile is not None:
-        return step_model, f"{roofline} (--profile analytic: presets, not measured)", analytic
+        return (
+            step_model,
+            f"{roofline} (--profile analytic: presets, not measured){where}",
+            analytic,
+        )
     if engine == "sim":
         return (
             step_model,
             (
                 f"{roofline} (the analytic profile: the sim engine runs the same presets; "
-                "`budgettune profile` calibrates one for real hardware)"
+                f"`budgettune profile` calibrates one for real hardware){where}"
             ),
             analytic,
         )
@@ -390,7 +534,7 @@ def analytic_or_given_model(
         (
             f"{roofline}: predictions are analytic (presets, not measured); a server you run "
             "cannot be profiled without launching one, so run `budgettune profile --engine vllm` "
-            "where it runs and pass --profile FILE"
+            f"where it runs and pass --profile FILE{where}"
         ),
         analytic,
     )
@@ -437,11 +581,23 @@ def _profile_gpu(path: Path) -> GPU | None:
 
 
 def predictions_scheduler(
-    step_model: StepModel, gpu_card: GPU | None, max_num_seqs: int, tensor_parallel: int
+    step_model: StepModel,
+    gpu_card: GPU | None,
+    max_num_seqs: int,
+    tensor_parallel: int,
+    *,
+    decodes_beside_prefill: bool = True,
 ) -> SchedulerConfig:
     """The scheduler the predictions simulate: the KV cache the GPU holds for the model
-    (``DEFAULT_GPU``'s when none is known); the budget is set per candidate."""
+    (``DEFAULT_GPU``'s when none is known), and the engine's policy: decodes beside prompt
+    chunks (vLLM; SGLang with ``--enable-mixed-chunk``), or apart from them (SGLang's default).
+    The budget is set per candidate."""
     blocks = kv_capacity_blocks(
         step_model, gpu_card or resolve_gpu(DEFAULT_GPU), tensor_parallel=tensor_parallel
     )
-    return SchedulerConfig(budget_tokens=None, kv_capacity_blocks=blocks, max_num_seqs=max_num_seqs)
+    return SchedulerConfig(
+        budget_tokens=None,
+        kv_capacity_blocks=blocks,
+        max_num_seqs=max_num_seqs,
+        decodes_beside_prefill=decodes_beside_prefill,
+    )

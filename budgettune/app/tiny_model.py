@@ -7,13 +7,19 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from budgettune.core.errors import UserError
+from budgettune.core.files import storage_error, write_atomic
+from budgettune.core.limits import MAX_TOKENS
+
+if TYPE_CHECKING:  # torch is an extra, imported where the model is built
+    from torch import Tensor
 
 # Special tokens come first so their ids are fixed (0, 1, 2) whatever the merges turn out to be.
 SPECIAL_TOKENS: tuple[str, ...] = ("<unk>", "<s>", "</s>")
@@ -29,6 +35,10 @@ _VOWELS = ("a", "e", "i", "o", "u", "ai", "ea", "ou", "y")
 _CODAS = ("", "", "", "n", "r", "s", "t", "l", "m", "ng", "st", "ck")
 _PUNCT = (".", ",", "!", "?", ";", ":")
 _CORPUS_WORDS = 120_000
+MAX_LAYERS = 64
+MAX_HIDDEN = 8192
+MAX_VOCAB = 1 << 18
+MAX_PARAMS = 200_000_000  # 0.8 GB of float32 weights in memory while written
 
 
 @dataclass(slots=True, frozen=True)
@@ -63,24 +73,56 @@ class TinyModelSpec:
         )
 
     def validate(self) -> None:
-        """Raise UserError naming the first field that cannot make a Llama."""
-        checks = {
-            "layers": self.layers >= 1,
-            "hidden_size": self.hidden_size >= 8,
-            "intermediate_size": self.intermediate_size >= 1,
-            "heads": self.heads >= 1 and self.hidden_size % self.heads == 0,
-            "kv_heads": self.kv_heads >= 1 and self.heads % max(self.kv_heads, 1) == 0,
+        """Raise UserError naming the first field that cannot make a Llama, or a tiny one: at
+        most MAX_LAYERS layers, MAX_HIDDEN hidden, MAX_VOCAB tokens, MAX_PARAMS parameters. A
+        field is named as the option that sets it (``hidden_size`` for the heads, too)."""
+        checks = {  # field -> (ok, what it must be)
+            "layers": (1 <= self.layers <= MAX_LAYERS, f"1-{MAX_LAYERS}"),
+            "hidden_size": (8 <= self.hidden_size <= MAX_HIDDEN, f"8-{MAX_HIDDEN:,}"),
             # Below 256 + specials the byte alphabet alone would not fit.
-            "vocab_size": self.vocab_size >= 256 + len(SPECIAL_TOKENS) + 1,
-            "max_position_embeddings": self.max_position_embeddings >= 16,
-            "seed": self.seed >= 0,
+            "vocab_size": (
+                256 + len(SPECIAL_TOKENS) + 1 <= self.vocab_size <= MAX_VOCAB,
+                f"{256 + len(SPECIAL_TOKENS) + 1}-{MAX_VOCAB:,}",
+            ),
+            "max_model_len": (
+                16 <= self.max_position_embeddings <= MAX_TOKENS,
+                f"16-{MAX_TOKENS:,}",
+            ),
+            "seed": (self.seed >= 0, "0 or more"),
         }
-        for name, ok in checks.items():
+        values = {"max_model_len": self.max_position_embeddings}
+        for name, (ok, expected) in checks.items():
             if not ok:
-                raise UserError(
-                    f"tiny model: invalid {name}={getattr(self, name)!r}",
-                    hint="hidden_size must divide by heads, heads by kv_heads; vocab_size >= 260",
-                )
+                value = values.get(name, getattr(self, name, None))
+                raise UserError(f"must be {expected} for a tiny model, got {value!r}", field=name)
+        shape_ok = (
+            self.intermediate_size >= 1
+            and self.heads >= 1
+            and self.hidden_size % self.heads == 0
+            and self.kv_heads >= 1
+            and self.heads % self.kv_heads == 0
+        )
+        if not shape_ok:
+            raise UserError(
+                f"{self.hidden_size} does not split into {self.heads} heads of "
+                f"{self.kv_heads} KV heads",
+                field="hidden_size",
+            )
+        params = self.params_estimate
+        if params > MAX_PARAMS:
+            raise UserError(
+                f"{params / 1e6:,.0f} M parameters is not a tiny model (at most "
+                f"{MAX_PARAMS / 1e6:.0f} M)",
+                field="hidden_size" if self.hidden_size > 1024 else "layers",
+            )
+
+    @property
+    def params_estimate(self) -> int:
+        """Parameters: embeddings (tied or not, counted twice), attention and MLP per layer."""
+        head_dim = self.hidden_size // max(self.heads, 1)
+        attention = self.hidden_size * head_dim * (2 * self.heads + 2 * self.kv_heads)
+        mlp = 3 * self.hidden_size * self.intermediate_size
+        return 2 * self.vocab_size * self.hidden_size + self.layers * (attention + mlp)
 
 
 @dataclass(slots=True, frozen=True)
@@ -168,7 +210,7 @@ def _import_torch_stack() -> tuple[Any, Any]:
     return torch, transformers
 
 
-def _llama_config(spec: TinyModelSpec) -> dict[str, Any]:
+def _llama_config(spec: TinyModelSpec) -> dict[str, object]:
     # Written by hand rather than by LlamaConfig.save_pretrained so the folder does not depend on
     # the transformers version that built it (vLLM's own venv may carry another one).
     return {
@@ -198,7 +240,7 @@ def _llama_config(spec: TinyModelSpec) -> dict[str, Any]:
     }
 
 
-def _weights(spec: TinyModelSpec, torch: Any) -> dict[str, Any]:
+def _weights(spec: TinyModelSpec, torch: Any) -> dict[str, Tensor]:
     """Llama parameter names and shapes, normal(0, 0.02) like transformers' init; norms at 1."""
     gen = torch.Generator().manual_seed(spec.seed)
     head_dim = spec.hidden_size // spec.heads
@@ -218,7 +260,7 @@ def _weights(spec: TinyModelSpec, torch: Any) -> dict[str, Any]:
             p + "post_attention_layernorm.weight": (h,),
         }
     shapes |= {"model.norm.weight": (h,), "lm_head.weight": (spec.vocab_size, h)}
-    tensors: dict[str, Any] = {}
+    tensors: dict[str, Tensor] = {}
     for name, shape in shapes.items():
         if len(shape) == 1:
             tensors[name] = torch.ones(shape, dtype=torch.bfloat16)
@@ -228,8 +270,8 @@ def _weights(spec: TinyModelSpec, torch: Any) -> dict[str, Any]:
     return tensors
 
 
-def _write_json(path: Path, document: dict[str, Any]) -> None:
-    path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+def _write_json(path: Path, document: Mapping[str, object]) -> None:
+    write_atomic(path, json.dumps(document, indent=2, sort_keys=True) + "\n")
 
 
 def build_tiny_model(
@@ -244,7 +286,7 @@ def build_tiny_model(
     spec = spec or TinyModelSpec()
     spec.validate()
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
+    if os.path.lexists(out) and not out.is_dir():
         raise UserError(f"DIR: {str(out)!r} exists and is not a folder")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise UserError(
@@ -253,12 +295,18 @@ def build_tiny_model(
     torch, _ = _import_torch_stack()
     from safetensors.torch import save_file
 
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise storage_error(error, out) from None
     tokenizer = train_tokenizer(spec.vocab_size, spec.seed)
     tensors = _weights(spec, torch)
-    out.mkdir(parents=True, exist_ok=True)
     _write_json(out / "config.json", _llama_config(spec))
-    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    tokenizer.save(str(out / "tokenizer.json"))
+    try:
+        save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+        tokenizer.save(str(out / "tokenizer.json"))
+    except OSError as error:
+        raise storage_error(error, out) from None
     _write_json(
         out / "tokenizer_config.json",
         {

@@ -10,16 +10,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
+
 from budgettune.app.requests import DEFAULT_OUTPUT_DIST, DEFAULT_PROMPT_DIST, TrafficRequest
 from budgettune.core.errors import SpecError
+from budgettune.core.limits import MAX_RATE_PER_S, MAX_REQUESTS, check_count
 from budgettune.core.units import parse_duration_s, parse_positive_float, parse_tokens
 from budgettune.trace.dists import parse_length_dist
 from budgettune.trace.load import ON_LONG as ON_LONG_CHOICES
 from budgettune.trace.load import clip_to_context, load_trace
 from budgettune.trace.replay import ReplayOptions, parse_window, schedule_from_trace
-from budgettune.trace.schedule import Schedule
+from budgettune.trace.schedule import Schedule, arrival_times_s
 from budgettune.trace.schema import LoadReport
 from budgettune.trace.synth import synthesize
+
+REPLAY_SEED_SALT = 7_919  # re-measures' arrival draws never repeat the first replay's
+MAX_SCALE = 1e6  # --time-scale and --burstiness: a factor, far past any use
 
 
 @dataclass(slots=True, frozen=True)
@@ -33,10 +39,27 @@ class Traffic:
     report: LoadReport | None
     description: str
     rebuild: Callable[[float], Schedule]
+    # How arrivals are drawn: (process, rate, burstiness), None when they are recorded (a
+    # trace's own times replay as they are).
+    drawn: tuple[str, float, float] | None = None
+    seed: int = 0
 
     def at_rate(self, rate_per_s: float) -> Schedule:
         """The schedule at ``rate_per_s`` requests/s, all else (seed, bounds) unchanged."""
-        return self.rebuild(parse_positive_float(rate_per_s, field="rate"))
+        return self.rebuild(parse_positive_float(rate_per_s, field="rate", maximum=MAX_RATE_PER_S))
+
+    def reseeded(self, replay: int) -> Schedule:
+        """The same requests (lengths, order) with arrival times drawn afresh for re-measure
+        ``replay`` (1, 2, ...): another stretch of the same arrival process. Recorded arrivals
+        are replayed as recorded."""
+        if self.drawn is None:
+            return self.schedule
+        process, rate_per_s, burstiness = self.drawn
+        rng = np.random.default_rng([self.seed, REPLAY_SEED_SALT, replay])
+        times = arrival_times_s(
+            rng, len(self.schedule), rate_per_s, process=process, burstiness=burstiness
+        )
+        return replace(self.schedule, target_s=times)
 
 
 def max_model_len_tokens(request: TrafficRequest) -> int | None:
@@ -59,11 +82,16 @@ def build_traffic(
     ``requests``, ``duration`` or else ``default_requests``. Raises UserError subclasses naming
     the field."""
     duration_s = parse_duration_s(request.duration, field="duration") if request.duration else None
-    rate = None if request.rate is None else parse_positive_float(request.rate, field="rate")
-    burstiness = parse_positive_float(request.burstiness, field="burstiness")
-    time_scale = parse_positive_float(request.time_scale, field="time_scale")
-    if request.requests is not None and request.requests <= 0:
-        raise SpecError(f"must be positive, got {request.requests}", field="requests")
+    rate = (
+        None
+        if request.rate is None
+        else parse_positive_float(request.rate, field="rate", maximum=MAX_RATE_PER_S)
+    )
+    burstiness = parse_positive_float(request.burstiness, field="burstiness", maximum=MAX_SCALE)
+    time_scale = parse_positive_float(request.time_scale, field="time_scale", maximum=MAX_SCALE)
+    if request.requests is not None:
+        check_count(request.requests, field="requests", maximum=MAX_REQUESTS, what="requests")
+    check_count(request.seed, field="seed", minimum=0, maximum=2**64 - 1)
     if request.on_long not in ON_LONG_CHOICES:
         raise SpecError(
             f"unknown value {request.on_long!r}; use one of {', '.join(ON_LONG_CHOICES)}",
@@ -133,7 +161,11 @@ def _replayed(
         again = replace(options, rate_per_s=rate_per_s, time_scale=1.0)
         return schedule_from_trace(loaded, again)
 
-    return Traffic(schedule, report, description, rebuild)
+    drawn = None
+    if mode != "recorded":
+        assert rate is not None  # a drawn process needs a rate (schedule_from_trace checked)
+        drawn = (mode.strip().lower(), rate, request.burstiness)
+    return Traffic(schedule, report, description, rebuild, drawn, request.seed)
 
 
 def _synthetic(
@@ -197,4 +229,5 @@ def _synthetic(
     if fitted[0] and on_warning is not None:
         done = "dropped" if on_long == "drop" else "clipped"
         on_warning(f"{done} {fitted[0]:,} synthetic requests longer than --max-model-len {max_len}")
-    return Traffic(schedule, None, description, rebuild)
+    return Traffic(schedule, None, description, rebuild, (process, rate, request.burstiness),
+                   request.seed)  # fmt: skip

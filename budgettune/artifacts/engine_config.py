@@ -1,7 +1,12 @@
 """Render the recommended budget as files the user passes straight to their engine.
 
 ``vllm.yaml`` is read by ``vllm serve --config FILE`` (keys are the long flag names);
-``sglang.args`` is one line of ``python -m sglang.launch_server`` arguments.
+``sglang.args`` is one line of ``python -m sglang.launch_server`` arguments; ``trtllm.yaml`` is
+read by ``trtllm-serve MODEL --config FILE`` (keys are TensorRT-LLM's LLM-API arguments). Each
+carries the budget and only what the user set (``--max-num-seqs``, ``--max-model-len``, ...):
+every other setting stays the engine's default, as in the run that measured it. A sweep
+measured on SGLang writes ``sglang.args``, one on TensorRT-LLM ``trtllm.yaml``, one on vLLM or
+the simulated engine (vLLM's scheduling rules) ``vllm.yaml``: the engines schedule differently.
 """
 
 from __future__ import annotations
@@ -12,15 +17,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from budgettune.core.files import write_atomic
 from budgettune.engines.sglang import MAX_PREFILL_TOKENS_DEFAULT
+from budgettune.engines.trtllm import options_yaml
 
 
 @dataclass(frozen=True, slots=True)
 class FixedSettings:
-    """What else the sweep ran the engine with (None: left at the engine's default), so the
+    """What else the user ran the engine with (None: left at the engine's default), so the
     written config starts the engine the way it was measured. Prefix caching is not carried:
     the sweep turns it off only to keep replays honest."""
 
+    max_num_seqs: int | None = None
     max_model_len: int | None = None
     tensor_parallel_size: int | None = None
     gpu_memory_utilization: float | None = None
@@ -67,26 +75,25 @@ def sglang_args(settings: Mapping[str, object]) -> str:
 def vllm_settings(
     *,
     budget_tokens: int | None,
-    max_num_seqs: int,
     model: str | None = None,
     extra: Mapping[str, object] | None = None,
 ) -> dict[str, object]:
-    """The vLLM flags a sweep fixed: budget (None = chunking off), max-num-seqs, and extras."""
+    """The vLLM flags for the choice: the budget (None = chunking off) and ``extra`` (what the
+    user set; None values are left out)."""
     settings: dict[str, object] = {}
     if model is not None:
         settings["model"] = model
     if budget_tokens is None:
         settings["enable-chunked-prefill"] = False
     else:
-        settings["enable-chunked-prefill"] = True
         settings["max-num-batched-tokens"] = budget_tokens
-    settings["max-num-seqs"] = max_num_seqs
     settings.update(extra or {})
     return settings
 
 
 def _vllm_fixed(fixed: FixedSettings) -> dict[str, object]:
     return {
+        "max-num-seqs": fixed.max_num_seqs,
         "max-model-len": fixed.max_model_len,
         "tensor-parallel-size": fixed.tensor_parallel_size,
         "gpu-memory-utilization": fixed.gpu_memory_utilization,
@@ -96,6 +103,7 @@ def _vllm_fixed(fixed: FixedSettings) -> dict[str, object]:
 
 def _sglang_fixed(fixed: FixedSettings) -> dict[str, object]:
     return {
+        "max-running-requests": fixed.max_num_seqs,
         "context-length": fixed.max_model_len,
         "tp-size": fixed.tensor_parallel_size,
         "mem-fraction-static": fixed.gpu_memory_utilization,
@@ -106,52 +114,94 @@ def _sglang_fixed(fixed: FixedSettings) -> dict[str, object]:
 def sglang_settings(
     *,
     budget_tokens: int | None,
-    max_num_seqs: int,
     model: str | None = None,
     extra: Mapping[str, object] | None = None,
 ) -> dict[str, object]:
-    """The SGLang flags for the same choice (``--chunked-prefill-size -1`` disables chunking)."""
+    """The SGLang flags for the choice (``--chunked-prefill-size -1`` disables chunking) and
+    ``extra`` (what the user set; None values are left out)."""
     settings: dict[str, object] = {}
     if model is not None:
         settings["model-path"] = model
     settings["chunked-prefill-size"] = -1 if budget_tokens is None else budget_tokens
     if budget_tokens is not None and budget_tokens > MAX_PREFILL_TOKENS_DEFAULT:
-        settings["max-prefill-tokens"] = budget_tokens  # else SGLang cuts the budget silently
-    settings["max-running-requests"] = max_num_seqs
+        # as the launcher does (engines/sglang.py): the prefill-batch bound never cuts it
+        settings["max-prefill-tokens"] = budget_tokens
     settings.update(extra or {})
     return settings
 
 
-def write_engine_configs(
+def trtllm_settings(
+    *, budget_tokens: int | None, extra: Mapping[str, object] | None = None
+) -> dict[str, object]:
+    """TensorRT-LLM's LLM-API arguments for the choice: ``max_num_tokens`` with
+    ``enable_chunked_prefill`` (None = chunking off: the budget is then TensorRT-LLM's own) and
+    ``extra`` (what the user set; None values are left out). The model is trtllm-serve's
+    positional argument, so it is not in the file."""
+    settings: dict[str, object] = {}
+    if budget_tokens is None:
+        settings["enable_chunked_prefill"] = False
+    else:
+        settings["max_num_tokens"] = budget_tokens
+        settings["enable_chunked_prefill"] = True
+    settings.update({k: v for k, v in (extra or {}).items() if v is not None})
+    return settings
+
+
+def _trtllm_fixed(fixed: FixedSettings) -> dict[str, object]:
+    kv = None
+    if fixed.gpu_memory_utilization is not None:
+        kv = {"free_gpu_memory_fraction": fixed.gpu_memory_utilization}
+    return {
+        "max_batch_size": fixed.max_num_seqs,
+        "max_seq_len": fixed.max_model_len,
+        "tensor_parallel_size": fixed.tensor_parallel_size,
+        "kv_cache_config": kv,
+        "dtype": fixed.dtype,
+    }
+
+
+def trtllm_config(settings: Mapping[str, object], model: str | None) -> str:
+    """YAML text for ``trtllm-serve MODEL --config trtllm.yaml``, headed by how to run it."""
+    serve = f"trtllm-serve {model} --config trtllm.yaml" if model else "trtllm-serve MODEL ..."
+    return (
+        f"# Written by budgettune: pass to `{serve}` (this file overrides the command's flags).\n"
+        + options_yaml(settings)
+    )
+
+
+def config_file_name(engine: str) -> str:
+    """The engine config a sweep measured on ``engine`` writes: SGLang's for SGLang,
+    TensorRT-LLM's for TensorRT-LLM, vLLM's for vLLM and the simulated engine (which schedules
+    by vLLM's rules)."""
+    return {"sglang": SGLANG_FILE, "trtllm": TRTLLM_FILE}.get(engine, VLLM_FILE)
+
+
+VLLM_FILE = "vllm.yaml"
+SGLANG_FILE = "sglang.args"
+TRTLLM_FILE = "trtllm.yaml"
+
+
+def write_engine_config(
     run_dir: Path,
     *,
+    engine: str,
     budget_tokens: int | None,
-    max_num_seqs: int,
     model: str | None = None,
     fixed: FixedSettings | None = None,
-) -> tuple[Path, Path]:
-    """Write ``vllm.yaml`` and ``sglang.args`` into ``run_dir``; returns their paths."""
+) -> Path:
+    """Write the config file for ``engine`` (see :func:`config_file_name`) into ``run_dir``;
+    returns its path."""
     fixed = fixed or FixedSettings()
-    vllm_path = run_dir / "vllm.yaml"
-    sglang_path = run_dir / "sglang.args"
-    vllm_path.write_text(
-        vllm_config(
-            vllm_settings(
-                budget_tokens=budget_tokens,
-                max_num_seqs=max_num_seqs,
-                model=model,
-                extra=_vllm_fixed(fixed),
-            )
+    path = run_dir / config_file_name(engine)
+    if path.name == SGLANG_FILE:
+        settings = sglang_settings(
+            budget_tokens=budget_tokens, model=model, extra=_sglang_fixed(fixed)
         )
-    )
-    sglang_path.write_text(
-        sglang_args(
-            sglang_settings(
-                budget_tokens=budget_tokens,
-                max_num_seqs=max_num_seqs,
-                model=model,
-                extra=_sglang_fixed(fixed),
-            )
-        )
-    )
-    return vllm_path, sglang_path
+        write_atomic(path, sglang_args(settings))
+    elif path.name == TRTLLM_FILE:
+        settings = trtllm_settings(budget_tokens=budget_tokens, extra=_trtllm_fixed(fixed))
+        write_atomic(path, trtllm_config(settings, model))
+    else:
+        settings = vllm_settings(budget_tokens=budget_tokens, model=model, extra=_vllm_fixed(fixed))
+        write_atomic(path, vllm_config(settings))
+    return path

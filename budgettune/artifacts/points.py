@@ -7,11 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from budgettune.artifacts.fields import Fields
+from budgettune.core.fields import Fields
+from budgettune.core.limits import MAX_TOKENS
 from budgettune.tune.point import (
     AtSlo,
+    Confidence,
     Goodput,
     GoodputProbe,
+    Interval,
     PercentilesMs,
     Point,
     Predicted,
@@ -87,6 +90,8 @@ def point_json(point: Point) -> dict[str, object]:
         "predicted": predicted_json(point.predicted),
         "status": point.status.value,
     }
+    if point.slot is not None or point.round is not None:  # written since sweep --parallel
+        out.update(slot=point.slot, round=point.round)
     if point.measured is None:
         out.update(
             error=point.error,
@@ -98,7 +103,7 @@ def point_json(point: Point) -> dict[str, object]:
         )
     else:
         out.update(
-            measured=summary_json(point.measured),
+            measured={**summary_json(point.measured), **at_slo_json(point)},
             tbt_ms=point.tbt_ms,
             ttft_ms=point.ttft_ms,
             tbt_ok=point.tbt_ok,
@@ -112,6 +117,10 @@ def point_json(point: Point) -> dict[str, object]:
             results_file=point.results_file,
             selfcheck=None if point.selfcheck is None else dict(point.selfcheck),
             wall_s=point.wall_s,
+            confidence=None if point.confidence is None else point.confidence.value,
+            replays=point.replays,
+            client_warnings=list(point.client_warnings),
+            replay_files=list(point.replay_files),
         )
     if point.goodput is not None:
         out.update(
@@ -120,6 +129,28 @@ def point_json(point: Point) -> dict[str, object]:
             goodput_probes=[_probe_json(probe) for probe in point.goodput.probes],
         )
     return out
+
+
+def at_slo_json(point: Point) -> dict[str, object]:
+    """TBT and TTFT at the SLO percentile and their 95% intervals (``measured.*_at_slo_*``)."""
+    return {
+        "tbt_at_slo_ms": point.tbt_ms,
+        "ttft_at_slo_ms": point.ttft_ms,
+        "tbt_at_slo_ci_ms": None if point.tbt_ci_ms is None else list(point.tbt_ci_ms),
+        "ttft_at_slo_ci_ms": None if point.ttft_ci_ms is None else list(point.ttft_ci_ms),
+    }
+
+
+def _read_interval(fields: Fields | None, name: str) -> Interval | None:
+    if fields is None or fields.data.get(name) is None:
+        return None
+    value = fields.data[name]
+    ok = isinstance(value, list) and len(value) == 2
+    if ok and all(v is None or (isinstance(v, int | float) and not isinstance(v, bool))
+                  for v in value):  # fmt: skip
+        low, high = value
+        return (None if low is None else float(low), None if high is None else float(high))
+    fields.fail(name, "[low, high] in milliseconds", value)
 
 
 def _probe_json(probe: GoodputProbe) -> dict[str, object]:
@@ -167,8 +198,9 @@ def read_point(value: object, where: str) -> Point:
     fields = Fields.of(value, where)
     status = _choice(fields, "status", Status)
     measured = None
-    if fields.has("measured"):
-        measured = read_summary(fields.child("measured"))
+    at_slo = fields.child("measured") if fields.has("measured") else None
+    if at_slo is not None and any(at_slo.has(key) for key in SUMMARY_KEYS):
+        measured = read_summary(at_slo)
     elif status is not Status.ENGINE_FAILED and fields.has("tbt_ms") and fields.has("completed"):
         measured = read_summary(fields)  # results.json: the summary at the top level
     early = fields.text_or_none("early_stop")
@@ -189,9 +221,24 @@ def read_point(value: object, where: str) -> Point:
                 for index, item in enumerate(fields.items("goodput_probes"))
             ),
         )
-    verdict_ms = fields if measured is not None and fields.has("measured") else None
+    # The verdict's figures: measured.*_at_slo_ms, else (written before them) the point's own
+    # tbt_ms/ttft_ms; the flat results.json shape of that time kept none.
+    if at_slo is not None and at_slo.has("tbt_at_slo_ms"):
+        tbt_ms, ttft_ms = (
+            at_slo.number_or_none("tbt_at_slo_ms"),
+            at_slo.number_or_none("ttft_at_slo_ms"),
+        )
+    elif measured is not None and at_slo is not None:
+        tbt_ms, ttft_ms = fields.number_or_none("tbt_ms"), fields.number_or_none("ttft_ms")
+    else:
+        tbt_ms = ttft_ms = None
+    confidence_text = fields.text_or_none("confidence")
+    try:
+        confidence = None if confidence_text is None else Confidence(confidence_text)
+    except ValueError:
+        fields.fail("confidence", "clear or marginal", confidence_text)
     return Point(
-        budget=fields.integer("budget"),
+        budget=fields.integer("budget", minimum=1, maximum=MAX_TOKENS),
         role=_choice(fields, "role", Role),
         rate_per_s=fields.number("rate"),
         predicted=read_predicted(fields.child_or_none("predicted")),
@@ -199,12 +246,12 @@ def read_point(value: object, where: str) -> Point:
         tbt_ok=fields.flag_or_none("tbt_ok"),
         ttft_ok=fields.flag_or_none("ttft_ok"),
         ok=fields.flag("ok"),
-        wall_s=fields.number("wall_s"),
+        wall_s=fields.number("wall_s", minimum=0),
         error=fields.text_or_none("error"),
         log_tail=fields.text_or_none("log_tail"),
         measured=measured,
-        tbt_ms=None if verdict_ms is None else verdict_ms.number_or_none("tbt_ms"),
-        ttft_ms=None if verdict_ms is None else verdict_ms.number_or_none("ttft_ms"),
+        tbt_ms=tbt_ms,
+        ttft_ms=ttft_ms,
         complete=bool(fields.flag_or_none("complete")),
         stopped_by=stopped_by,
         stop_message=early,
@@ -212,6 +259,14 @@ def read_point(value: object, where: str) -> Point:
         results_file=fields.text_or_none("results_file"),
         selfcheck=fields.mapping_or_none("selfcheck"),
         goodput=goodput,
+        tbt_ci_ms=_read_interval(at_slo, "tbt_at_slo_ci_ms"),
+        ttft_ci_ms=_read_interval(at_slo, "ttft_at_slo_ci_ms"),
+        confidence=confidence,
+        replays=fields.integer_or_none("replays") or 1,
+        client_warnings=tuple(str(w) for w in fields.data.get("client_warnings") or ()),
+        replay_files=tuple(str(f) for f in fields.data.get("replay_files") or ()),
+        slot=fields.integer_or_none("slot"),
+        round=fields.integer_or_none("round"),
     )
 
 
@@ -228,4 +283,5 @@ def flat_point_json(point: Point) -> dict[str, object]:
     full.pop("measured", None)  # a failed engine start has none
     if point.measured is not None:
         full.update(summary_json(point.measured))
+        full["measured"] = at_slo_json(point)  # the verdict's figures keep their place
     return full

@@ -11,8 +11,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from budgettune import __version__
-from budgettune.artifacts.engine_config import FixedSettings, write_engine_configs
-from budgettune.artifacts.fields import Fields, check_schema, read_json_object
+from budgettune.artifacts.engine_config import (
+    SGLANG_FILE,
+    TRTLLM_FILE,
+    FixedSettings,
+    write_engine_config,
+)
 from budgettune.artifacts.points import (
     flat_point_json,
     point_json,
@@ -22,6 +26,8 @@ from budgettune.artifacts.points import (
 )
 from budgettune.artifacts.results import Results, load_results
 from budgettune.core.errors import UserError
+from budgettune.core.fields import Fields, check_schema, read_json_object
+from budgettune.core.files import write_atomic
 from budgettune.tune.candidates import Candidates
 from budgettune.tune.point import Point, Predicted
 from budgettune.tune.predict import Prediction
@@ -35,14 +41,25 @@ RECOMMENDATION_FILE = "recommendation.json"
 SCHEMA_VERSION = 1
 
 
+@dataclass(frozen=True, slots=True)
+class RunFacts:
+    """How a sweep ran: engine launches and search rounds of this invocation, slots run at once
+    (``parallel``), the executor ("local" or "ray"), wall time."""
+
+    launches: int
+    rounds: int
+    parallel: int
+    executor: str
+    wall_s: float
+
+
 def recommendation_document(
     config: SweepConfig,
     candidates: Candidates,
     predictions: Mapping[int, Prediction],
     points: Sequence[Point],
     recommendation: Recommendation,
-    launches: int,
-    wall_s: float,
+    facts: RunFacts,
 ) -> dict[str, object]:
     """recommendation.json: versioned, self-describing, enough to rebuild the report."""
     document: dict[str, object] = {
@@ -67,7 +84,7 @@ def recommendation_document(
             "requests": config.requests,
             "traffic": config.traffic,
         },
-        "engine": {"name": config.engine, "default_budget": config.default_budget},
+        "engine": engine_summary(config),
         "model_source": config.model_source,
     }
     if config.model_source_kind is not None:
@@ -87,9 +104,12 @@ def recommendation_document(
                 str(b): predicted_json(Predicted.of(p)) for b, p in sorted(predictions.items())
             },
             "points": [point_json(point) for point in points],
-            "launches": launches,
+            "launches": facts.launches,
+            "rounds": facts.rounds,
+            "parallel": facts.parallel,
+            "executor": facts.executor,
             "exhaustive": config.exhaustive,
-            "wall_s": round(wall_s, 3),
+            "wall_s": round(facts.wall_s, 3),
             "command": list(config.command),
             "settings": config.settings,
         }
@@ -116,9 +136,23 @@ def sweep_results(
         config={**config.settings, "sweep": summary},
         points=full_points,
         command=list(config.command),
-        engine={"name": config.engine, "default_budget": config.default_budget},
+        engine=engine_summary(config),
         hardware=None if config.hardware is None else dict(config.hardware),
     )
+
+
+def engine_summary(config: SweepConfig) -> dict[str, object]:
+    """The engine a sweep ran, the reference budget, and the engine's own defaults with where
+    they came from (``defaults``: absent when they were not needed or cannot be known)."""
+    summary: dict[str, object] = {"name": config.engine, "default_budget": config.default_budget}
+    found = config.engine_defaults
+    if found is not None:
+        summary["defaults"] = {
+            "budget_tokens": found.budget_tokens,
+            "max_num_seqs": found.max_num_seqs,
+            "source": found.rule,
+        }
+    return summary
 
 
 def write_outputs(
@@ -126,23 +160,23 @@ def write_outputs(
     recommendation: Recommendation,
     *,
     document: Mapping[str, object],
-    max_num_seqs: int,
+    engine: str,
     served_model: str | None,
     fixed: FixedSettings | None = None,
 ) -> dict[str, Path]:
-    """recommendation.json always; vllm.yaml and sglang.args when a budget was chosen."""
+    """recommendation.json always; when a budget was chosen, the engine config of the engine
+    measured (vllm.yaml; sglang.args for SGLang, trtllm.yaml for TensorRT-LLM)."""
     files = {"recommendation": run_dir / RECOMMENDATION_FILE}
-    files["recommendation"].write_text(json.dumps(document, indent=2, allow_nan=False) + "\n")
+    write_atomic(files["recommendation"], json.dumps(document, indent=2, allow_nan=False) + "\n")
     if recommendation.budget_tokens is not None:
-        vllm_path, sglang_path = write_engine_configs(
+        path = write_engine_config(
             run_dir,
+            engine=engine,
             budget_tokens=recommendation.budget_tokens,
-            max_num_seqs=max_num_seqs,
             model=served_model,
             fixed=fixed,
         )
-        files["vllm"] = vllm_path
-        files["sglang"] = sglang_path
+        files[{SGLANG_FILE: "sglang", TRTLLM_FILE: "trtllm"}.get(path.name, "vllm")] = path
     return files
 
 

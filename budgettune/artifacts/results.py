@@ -8,19 +8,21 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from budgettune import __version__
-from budgettune.artifacts.fields import Fields, check_schema, read_json_object
+from budgettune.core import jsonio
 from budgettune.core.errors import UserError
+from budgettune.core.fields import Fields, check_schema, read_json_object
+from budgettune.core.files import atomic_writer, check_overwrite, json_document_ours, make_folder
 from budgettune.loadgen.runner import LiveRecord
 
 SCHEMA_VERSION = 1
 RESULTS_FILE = "results.json"
+KINDS = ("replay", "sweep", "simulate")  # the commands that write a results.json
 
 
 @dataclass(slots=True)
@@ -79,8 +81,11 @@ class Results:
         command = data.get("command") or []
         if not isinstance(command, list):
             fields.fail("command", "a list", command)
+        kind = fields.text("kind")
+        if kind not in KINDS:
+            fields.fail("kind", "one of " + ", ".join(KINDS), kind)
         return cls(
-            kind=fields.text("kind"),
+            kind=kind,
             config=dict(config),
             points=[dict(point) for point in points],
             command=[str(arg) for arg in command],
@@ -111,18 +116,15 @@ def results_path(path: Path) -> Path:
 
 def save_results(results: Results, path: Path) -> Path:
     """Write ``results`` to ``path`` (a folder, created if needed, or a .json file) atomically
-    (temporary file + rename, so a crash never leaves half a file). Returns the file written.
-    Raises UserError when the location cannot be written."""
+    (temporary file, fsync, rename: a crash or a full disk never leaves half a file), over a
+    file budgettune wrote only. Returns the file written. Raises UserError when the location
+    cannot be written or holds someone else's file, StorageError when the disk is full."""
     target = results_path(path)
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp")
-        with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump(results.to_json(), handle, allow_nan=False, separators=(",", ":"))
-            handle.write("\n")
-        os.replace(tmp, target)
-    except OSError as exc:
-        raise UserError(f"cannot write {target}: {exc.strerror or exc}", field="output") from None
+    check_overwrite(target, json_document_ours, field="output")
+    make_folder(target.parent, field="output")
+    with atomic_writer(target, field="output") as handle:
+        json.dump(results.to_json(), handle, allow_nan=False, separators=(",", ":"))
+        handle.write("\n")
     return target
 
 
@@ -130,4 +132,5 @@ def load_results(path: Path) -> Results:
     """Read a results file (or the results.json in a folder). Raises UserError naming the file
     when it is missing, not JSON, or of an unknown schema."""
     target = results_path(path)
-    return Results.from_json(read_json_object(target, "results"), source=str(target))
+    data = read_json_object(target, "results", max_bytes=jsonio.RESULTS_BYTES)
+    return Results.from_json(data, source=str(target))

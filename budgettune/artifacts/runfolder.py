@@ -9,19 +9,22 @@ loses at most the point in progress, and a resumed sweep re-runs nothing that fi
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from budgettune import __version__
-from budgettune.artifacts.fields import check_schema, read_json_object
 from budgettune.artifacts.points import point_json, read_point
-from budgettune.core.errors import UserError
+from budgettune.core import jsonio
+from budgettune.core.errors import StorageError, UserError, shorten
+from budgettune.core.fields import check_schema, read_json_object
+from budgettune.core.files import append_line, make_reserve, storage_error, write_atomic
 from budgettune.tune.point import Point
 
 SETTINGS_FILE = "sweep.json"
 POINTS_FILE = "points.jsonl"
+RESERVE_FILE = ".points-reserve"  # disk space held for the next point's line
+POINTS_BYTES = 64 << 20  # points.jsonl: a few kB a budget
 SCHEMA_VERSION = 1
 # Settings that must match for a resumed sweep to answer the same question.
 RESUME_KEYS = ("slo_tbt_s", "slo_ttft_s", "percentile", "engine", "traffic", "model", "gpu")
@@ -32,31 +35,66 @@ def holds_sweep(run_dir: Path) -> bool:
     return (run_dir / POINTS_FILE).exists() or (run_dir / SETTINGS_FILE).exists()
 
 
+# What a sweep writes into its run folder: a folder holding any of these (and no sweep.json)
+# is refused rather than overwritten; other files (a script, a README) may stay beside a sweep.
+SWEEP_WRITES = (
+    "results.json", "report.html", "recommendation.json", "vllm.yaml", "sglang.args",
+    "trtllm.yaml", "profile.json", POINTS_FILE, SETTINGS_FILE, RESERVE_FILE,
+)  # fmt: skip
+SWEEP_WRITES_PREFIXES = ("budget-", "engine-")
+
+
+def writes_here(name: str) -> bool:
+    """Whether a sweep writes a file or folder of this name into its run folder."""
+    return name in SWEEP_WRITES or name.startswith(SWEEP_WRITES_PREFIXES)
+
+
 def create_run_folder(run_dir: Path, settings: Mapping[str, object]) -> None:
     """Start a new sweep in ``run_dir`` (its sweep.json, with the schema and budgettune
-    versions): refuse one that already holds a sweep."""
+    versions, written atomically, and the space kept for one point on a disk that fills):
+    refuse a folder that already holds a sweep, a file, or a folder holding anything a sweep
+    writes (results.json, report.html, budget-N/, ...): nothing budgettune did not write is
+    overwritten, while a script or notes beside the sweep may stay."""
     if holds_sweep(run_dir):
         raise UserError(
             f"{run_dir} already holds a sweep",
             field="output",
             hint=f"continue it with --resume {run_dir}, or choose another folder with -o",
         )
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UserError(f"{run_dir} is a file; -o names a run folder", field="output")
+    try:
+        held = sorted(entry.name for entry in run_dir.iterdir()) if run_dir.is_dir() else []
+    except OSError as error:  # a folder it may not list
+        raise storage_error(error, run_dir, field="output") from None
+    clashes = [name for name in held if writes_here(name)]
+    if clashes:
+        raise UserError(
+            f"{run_dir} holds {', '.join(clashes[:3])}{' ...' if len(clashes) > 3 else ''} and no"
+            " sweep; a sweep would overwrite them",
+            field="output",
+            hint="choose a new or empty folder with -o",
+        )
     document = {**settings, "schema_version": SCHEMA_VERSION, "budgettune_version": __version__}
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / SETTINGS_FILE).write_text(json.dumps(document, indent=2, default=str) + "\n")
-    except OSError as exc:
-        raise UserError(
-            f"cannot write to {run_dir}: {exc.strerror or exc}", field="output"
-        ) from None
+    except OSError as error:
+        raise storage_error(error, run_dir, field="output") from None
+    write_atomic(
+        run_dir / SETTINGS_FILE, json.dumps(document, indent=2, default=str) + "\n",
+        field="output",
+    )  # fmt: skip
+    make_reserve(run_dir / RESERVE_FILE)
 
 
 def read_settings(run_dir: Path) -> Mapping[str, Any]:
     """The sweep.json of the sweep in ``run_dir``; UserError (for --resume) when there is none,
     or its schema_version is missing or not one this budgettune reads."""
     settings_path = run_dir / SETTINGS_FILE
-    if not run_dir.is_dir():
+    if not run_dir.exists():
         raise UserError(f"{run_dir} does not exist", field="resume")
+    if not run_dir.is_dir():
+        raise UserError(f"{run_dir} is a file, not a folder; name the run folder", field="resume")
     if not settings_path.is_file():
         raise UserError(f"{run_dir} holds no sweep ({SETTINGS_FILE} is missing)", field="resume")
     try:
@@ -73,16 +111,21 @@ def read_settings_file(path: Path) -> Mapping[str, Any]:
 
 
 def resume_run_folder(run_dir: Path, settings: Mapping[str, object]) -> list[Point]:
-    """The finished points of the sweep in ``run_dir``, after checking it asked the same."""
+    """The finished points of the sweep in ``run_dir``, after checking it asked the same, and
+    the space for one more point kept again (StorageError when the disk has none)."""
     saved = read_settings(run_dir)
     for key in RESUME_KEYS:
         if json.dumps(saved.get(key), default=str) != json.dumps(settings.get(key), default=str):
             raise UserError(
-                f"{run_dir} was a sweep with {key} = {saved.get(key)!r}, not {settings.get(key)!r}",
+                f"{run_dir} was a sweep with {key} = {shorten(repr(saved.get(key)))}, not "
+                f"{shorten(repr(settings.get(key)))}",
                 field="resume",
                 hint="resume with the same options, or start a new sweep with -o",
             )
-    return load_points(run_dir)
+    points = load_points(run_dir)
+    if not (run_dir / RESERVE_FILE).exists():
+        make_reserve(run_dir / RESERVE_FILE)
+    return points
 
 
 def load_points(run_dir: Path) -> list[Point]:
@@ -91,22 +134,32 @@ def load_points(run_dir: Path) -> list[Point]:
     path = run_dir / POINTS_FILE
     if not path.exists():
         return []
-    lines = path.read_text(encoding="utf-8").splitlines()
+    data = jsonio.read_bounded(path, POINTS_BYTES, "points")
+    lines = jsonio.utf8(data, str(path)).splitlines()
     points = []
     for number, line in enumerate(lines, start=1):
+        where = f"{path}:{number}"
         try:
-            data = json.loads(line)
-        except json.JSONDecodeError:
-            if number == len(lines):
-                continue  # the last line of a sweep killed while writing it
-            raise UserError(f"{path}:{number}: not a JSON line") from None
-        points.append(read_point(data, f"{path}:{number}"))
+            value = jsonio.loads(line, where)
+        except UserError:
+            if number == len(lines) and not data.endswith(b"\n"):
+                continue  # the last line of a sweep killed while writing it: no newline yet
+            raise
+        points.append(read_point(value, where))
     return points
 
 
 def append_point(run_dir: Path, point: Point) -> None:
-    """Append one point as one line, flushed to disk before returning."""
-    with open(run_dir / POINTS_FILE, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(point_json(point), allow_nan=False, default=str) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+    """Append one point as one line, fsynced before returning; a line the disk cannot take is
+    cut back off, and the space kept for it (:func:`create_run_folder`) used. Raises
+    StorageError when the disk is full: after the point is saved if the kept space held it
+    (the sweep must stop; --resume finds the point), before otherwise."""
+    line = json.dumps(point_json(point), allow_nan=False, default=str)
+    used_reserve = append_line(run_dir / POINTS_FILE, line, reserve=run_dir / RESERVE_FILE)
+    if used_reserve:
+        raise StorageError(
+            f"the disk holding {run_dir} is full; the point of budget {point.budget} was saved "
+            "in the space kept for it, and the sweep stops",
+            path=str(run_dir),
+            hint=f"free some space, then continue with --resume {run_dir}",
+        )

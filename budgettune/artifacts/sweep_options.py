@@ -17,9 +17,22 @@ OPTIONS_KEY = "options"  # in sweep.json: every option as the sweep resolved it
 # How to run rather than what to ask: these may change on resume (the engine moved to another
 # venv, a start needed more time); every other option defines the question.
 FREE_ON_RESUME = frozenset(
-    {"engine_cmd", "env", "health_timeout", "request_timeout", "max_error_rate", "as_json"}
+    {
+        "engine_cmd",
+        "env",
+        "health_timeout",
+        "request_timeout",
+        "max_error_rate",
+        "as_json",
+        "api_key",
+        "max_replays",
+        "parallel",
+        "gpus",
+        "ray",
+    }
 )
-NOT_SAVED = frozenset({"output", "resume", "as_json"})
+# The API key is a secret: read again on resume (--api-key or the environment), never saved.
+NOT_SAVED = frozenset({"output", "resume", "as_json", "api_key"})
 _DURATIONS = frozenset({"slo_tbt", "slo_ttft", "duration", "request_timeout", "health_timeout"})
 _PATHS = frozenset({"trace", "profile"})
 _KEYWORDS = frozenset({"analytic"})  # --profile analytic is no path

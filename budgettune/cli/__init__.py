@@ -34,7 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "replay": (
         "budgettune.cli.replay",
-        "Replay traffic on a live engine and measure TTFT, TBT, TPOT and E2E.",
+        "Replay traffic on a live engine and measure TTFT, TBT (ITL), TPOT and E2E.",
     ),
     "report": (
         "budgettune.cli.report",

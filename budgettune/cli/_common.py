@@ -8,8 +8,11 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
-from budgettune.core.errors import BudgettuneError, EngineError
+from budgettune.core.errors import BudgettuneError, EngineError, shorten
+
+MESSAGE_CHARS = 1000  # an error line is cut in its middle past this (a value echoed whole)
 
 console = Console()
 console_err = Console(stderr=True)
@@ -17,24 +20,34 @@ console_err = Console(stderr=True)
 
 def print_error(error: BudgettuneError, flag: str | None = None) -> None:
     """One line ``error: ...`` (plus hint and, for engines, the log tail) on stderr; the error's
-    field is shown as ``flag`` (the option the user typed) when the command has one for it."""
+    field is shown as ``flag`` (the option the user typed) when the command has one for it.
+    Message and hint are plain text: ``budgettune[torch]`` is printed, not read as markup."""
+    message = shorten(error.shown_as(flag or error.field), MESSAGE_CHARS)
     console_err.print(
-        f"[bold red]error:[/bold red] {error.shown_as(flag or error.field)}",
+        f"[bold red]error:[/bold red] {escape(message)}",
         markup=True,
         highlight=False,
         soft_wrap=True,
     )
     if error.hint:
-        console_err.print(f"  hint: {error.hint}", highlight=False, soft_wrap=True)
+        console_err.print(
+            f"  hint: {shorten(error.hint, MESSAGE_CHARS)}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     if isinstance(error, EngineError) and error.log_tail:
         console_err.print("  last lines of the engine log:", highlight=False)
         for line in error.log_tail.splitlines()[-20:]:
-            console_err.print(f"    {line}", markup=False, highlight=False)
+            console_err.print(f"    {shorten(line, MESSAGE_CHARS)}", markup=False, highlight=False)
 
 
 def print_warning(message: str) -> None:
-    """One ``warning: ...`` on stderr; also the ``on_warning`` callback of the loaders."""
-    console_err.print(f"[yellow]warning:[/yellow] {message}", highlight=False, soft_wrap=True)
+    """One ``warning: ...`` on stderr; also the ``on_warning`` callback of the loaders. The
+    message is plain text (brackets in it are printed, not read as markup)."""
+    console_err.print(
+        f"[yellow]warning:[/yellow] {escape(message)}", highlight=False, soft_wrap=True
+    )
 
 
 def print_json(document: Any) -> None:

@@ -14,7 +14,7 @@ from budgettune.cli._groups import OptionGroup
 PANEL = "Engine"
 # The engines budgettune knows (budgettune.engines.registry's names, written out so that the
 # help costs no import of the engines; a test checks they agree).
-ENGINE_NAMES = ("sim", "external", "vllm", "sglang")
+ENGINE_NAMES = ("sim", "external", "vllm", "sglang", "trtllm")
 
 Url = Annotated[
     str | None,
@@ -41,11 +41,12 @@ def gpu_option(help: str) -> Any:
 
 
 MaxNumSeqs = Annotated[
-    int,
+    int | None,
     typer.Option(
         "--max-num-seqs",
         min=1,
-        help="Most running sequences (vLLM --max-num-seqs, SGLang --max-running-requests).",
+        help="Most running sequences (vLLM --max-num-seqs, SGLang --max-running-requests), at "
+        "most 1,048,576; passed to the engine only when given (default: the engine's own).",
         rich_help_panel=PANEL,
     ),
 ]

@@ -50,7 +50,7 @@ class OptionGroup:
             for name, kind in self.options.items()
         ]
 
-    def pack(self, values: dict[str, Any]) -> Any:
+    def pack(self, values: dict[str, object]) -> Any:
         """The request from the options' values (removed from ``values``)."""
         given = {name: values.pop(name) for name in self.options}
         return self.request(

@@ -14,8 +14,8 @@ from budgettune.app.requests import ModelRequest
 from budgettune.cli._groups import OptionGroup
 
 Model = Annotated[str, typer.Option(
-    "--model", help="Model preset (llama-3.1-8b, llama-3.1-70b, mistral-7b, qwen2.5-7b, yi-34b, "
-    "llama-2-13b), a Hugging Face config.json, or a model folder holding one.",
+    "--model", help="Model preset (llama-3.1-8b, llama-3.1-70b, mistral-7b, qwen2.5-7b, "
+    "qwen3-32b, yi-34b, llama-2-13b), a Hugging Face config.json, or a model folder holding one.",
 )]  # fmt: skip
 GpuName = Annotated[str, typer.Option(
     "--gpu", help="GPU preset (h100-sxm, h100-pcie, h200, a100-80g, a100-40g, l40s, a6000, "
@@ -37,24 +37,36 @@ Dtype = Annotated[str, typer.Option(
 TensorParallel = Annotated[int, typer.Option(
     "--tensor-parallel", min=1, help="GPUs the model is split over (pools FLOP/s, bandwidth)."
 )]  # fmt: skip
-ComputeEfficiency = Annotated[float, typer.Option(
-    "--compute-efficiency", help="Achievable share of peak FLOP/s, 0-1."
+Calibration = Annotated[str, typer.Option(
+    "--calibration", help="Step-time model calibration: measured (per-GPU efficiencies fitted to "
+    "NVIDIA AIConfigurator's silicon-measured vLLM database, the engine's accounting) or seed "
+    "(the seed article's: F = 0.6 of peak, B = 0.8, t0 = 0.5 ms, overlapped).",
 )]  # fmt: skip
-BandwidthEfficiency = Annotated[float, typer.Option(
-    "--bandwidth-efficiency", help="Achievable share of peak memory bandwidth, 0-1."
+ComputeEfficiency = Annotated[float | None, typer.Option(
+    "--compute-efficiency",
+    help="Achievable share of peak FLOP/s, 0-1 (default: the calibration's).",
 )]  # fmt: skip
-OverheadMs = Annotated[float, typer.Option(
-    "--overhead-ms", help="Fixed per-iteration overhead t0 (scheduling, launches, sampling), ms."
+BandwidthEfficiency = Annotated[float | None, typer.Option(
+    "--bandwidth-efficiency", help="Achievable share of peak memory bandwidth streaming weights, "
+    "0-1 (seed: the KV cache's too; default: the calibration's).",
 )]  # fmt: skip
-Mode = Annotated[str, typer.Option(
-    "--mode", help="Step-time variant: overlapped (decode attention overlaps the matmuls, "
-    "optimistic) or serialized (decode attention's KV reads add after them, pessimistic).",
+KvBandwidthEfficiency = Annotated[float | None, typer.Option(
+    "--kv-bandwidth-efficiency", help="Achievable share of peak memory bandwidth reading the KV "
+    "cache (decode attention), 0-1 (default: the calibration's).",
+)]  # fmt: skip
+OverheadMs = Annotated[float | None, typer.Option(
+    "--overhead-ms", help="Fixed CPU time per iteration t0 (scheduling, launches, sampling), ms "
+    "(default: the calibration's, 0.5).",
+)]  # fmt: skip
+Mode = Annotated[str | None, typer.Option(
+    "--mode", help="Step-time variant: overlapped (decode attention overlaps the matmuls) or "
+    "serialized (decode attention's KV reads add after them); default: the calibration's.",
 )]  # fmt: skip
 Profile = Annotated[Path | None, typer.Option(
     "--profile", help="A profile JSON from `budgettune profile` (or one shipped in profiles/): "
-    "its calibrated step-time model replaces --model, --dtype, --tensor-parallel, the "
-    "efficiency flags, --overhead-ms and --mode. The KV cache is sized on the GPU preset the "
-    "profile names, else on --gpu. Unset by default: the analytic presets.",
+    "its calibrated step-time model replaces --model, --dtype, --tensor-parallel, "
+    "--calibration, the efficiency flags, --overhead-ms and --mode. The KV cache is sized on "
+    "the GPU preset the profile names, else on --gpu. Unset by default: the analytic presets.",
 )]  # fmt: skip
 
 DEFAULTS = ModelRequest()  # the default of each option above
@@ -69,8 +81,10 @@ MODEL = OptionGroup(
         "memory_gb": MemoryGb,
         "dtype": Dtype,
         "tensor_parallel": TensorParallel,
+        "calibration": Calibration,
         "compute_efficiency": ComputeEfficiency,
         "bandwidth_efficiency": BandwidthEfficiency,
+        "kv_bandwidth_efficiency": KvBandwidthEfficiency,
         "overhead_ms": OverheadMs,
         "mode": Mode,
     },

@@ -23,11 +23,13 @@ from rich.table import Table
 from budgettune.cli._common import console, console_err
 from budgettune.core.units import format_ms, format_ms_cell
 from budgettune.engines.base import EngineHandle, StartProgress
-from budgettune.tune.select import rate_text
+from budgettune.tune.select import interval_text, rate_text
 
 if TYPE_CHECKING:  # the live runner (httpx) and the sweep pipeline load when the command runs
+    from budgettune.app.executors import Executor
     from budgettune.app.profile import ProfileConfig, ProfileOutcome
     from budgettune.app.sweep import SweepResult
+    from budgettune.app.sweep_setup import PreparedSweep
     from budgettune.loadgen.runner import RunProgress
     from budgettune.tune.point import Point
     from budgettune.tune.sweep_config import SweepConfig
@@ -56,14 +58,14 @@ def profile_with_progress(config: ProfileConfig) -> ProfileOutcome:
         return profile_first(config, progress=on_probe, on_start=on_start)
 
 
-def run_with_progress(
-    config: SweepConfig,
-    schedule_at: Any,
-    schedule: Any,
-    finished: Sequence[Point] = (),
-) -> SweepResult:
+def run_with_progress(prepared: PreparedSweep, executor: Executor) -> SweepResult:
+    """The sweep with its live display: one line for the sweep, and a replay bar (one slot) or
+    one line per slot."""
     from budgettune.app.sweep import SweepEvents, run_sweep
 
+    config, traffic, finished = prepared.config, prepared.traffic, prepared.finished
+    slots = prepared.slots.slots
+    schedule = traffic.schedule
     with _progress() as progress:
         overall = progress.add_task("planning candidates", total=None)
         replay_task = progress.add_task("replay", total=len(schedule), visible=False)
@@ -104,16 +106,35 @@ def run_with_progress(
 
         def on_point(point: Point) -> None:
             progress.update(replay_task, visible=False)
-            console_err.print(_point_line(point, config), highlight=False)
+            console_err.print(_point_line(point, config), highlight=False, soft_wrap=True)
 
         def on_message(text: str) -> None:
             console_err.print(text, highlight=False)
 
+        slot_tasks = (
+            [progress.add_task(f"slot {s.index}: idle", total=None) for s in slots]
+            if len(slots) > 1
+            else []
+        )
+
+        def on_slot(index: int, text: str) -> None:
+            if index < len(slot_tasks):
+                progress.update(slot_tasks[index], description=f"slot {index}: {text}")
+
+        def on_round(number: int, pairs: Sequence[tuple[int, str]]) -> None:
+            if len(slots) > 1:
+                budgets = ", ".join(str(b) for b, _ in pairs)
+                progress.update(overall, description=f"round {number}: budgets {budgets}")
+                console_err.print(f"round {number}: {budgets}", highlight=False)
+
         events = SweepEvents(
             on_plan=on_plan, on_launch=on_launch, on_start=on_start, on_ready=on_ready,
-            on_replay=on_replay, on_point=on_point, on_message=on_message,
+            on_replay=on_replay, on_point=on_point, on_message=on_message, on_slot=on_slot,
+            on_round=on_round,
         )  # fmt: skip
-        return asyncio.run(run_sweep(config, schedule, schedule_at, events, finished))
+        return asyncio.run(
+            run_sweep(config, traffic, events, finished, slots=slots, executor=executor)
+        )
 
 
 def _ms(value_ms: float | None) -> str:
@@ -124,12 +145,35 @@ def _point_line(point: Point, config: SweepConfig) -> str:
     if not point.is_measured:
         return f"  budget {point.budget}: {point.status.value}: {point.error}"
     verdict = "meets both SLOs" if point.ok else "breaks an SLO"
-    note = " (early stop)" if point.stopped_early else ""
+    notes = [point.confidence.value] if point.confidence is not None else []
+    if point.replays > 1:
+        notes.append(f"{point.replays} replays")
+    if point.stopped_early:
+        notes.append("early stop")
+    note = f" ({', '.join(notes)})" if notes else ""
     p = f"p{config.percentile:g}"
-    return (
-        f"  budget {point.budget}: {p} TBT {_ms(point.tbt_ms)}, {p} TTFT "
-        f"{_ms(point.ttft_ms)}: {verdict}{note} [{point.wall_s:.0f} s]"
+
+    def figure(value_ms: float | None, interval: tuple[float | None, float | None] | None) -> str:
+        return _ms(value_ms) + (f" [{interval_text(interval)}]" if interval is not None else "")
+
+    line = (
+        f"  budget {point.budget}: {p} TBT (ITL) {figure(point.tbt_ms, point.tbt_ci_ms)}, "
+        f"{p} TTFT {figure(point.ttft_ms, point.ttft_ci_ms)}: {verdict}{note} "
+        f"[{point.wall_s:.0f} s]"
     )
+    for warning in point.client_warnings:
+        line += f"\n  [yellow]warning:[/yellow] budget {point.budget}: {warning}"
+    return line
+
+
+def _interval_cell(interval: tuple[float | None, float | None] | None) -> str:
+    """ " [21.9-23.4]" after a table figure: its 95% interval, in the figure's own format."""
+    if interval is None:
+        return ""
+    low, high = interval
+    low_text = "-" if low is None else format_ms_cell(low)
+    high_text = "inf" if high is None else format_ms_cell(high)
+    return f" [{low_text}-{high_text}]"
 
 
 def _goodput_cell(point: Point) -> str:
@@ -141,9 +185,13 @@ def _goodput_cell(point: Point) -> str:
 
 def print_result(result: SweepResult, config: SweepConfig) -> None:
     p = f"p{config.percentile:g}"
+    load = (
+        rate_text(config.rate_per_s, config.asked_rate_per_s, config.requests)
+        if config.run.concurrency is None
+        else f"{config.run.concurrency} in flight (closed loop, {config.requests} requests)"
+    )
     table = Table(
-        title=f"{p} at {rate_text(config.rate_per_s, config.asked_rate_per_s, config.requests)}"
-        f", measured / predicted (SLO TBT <= "
+        title=f"{p} at {load}, measured / predicted, 95% interval below (SLO TBT (ITL) <= "
         f"{format_ms(config.slo_tbt_s)}, TTFT <= {format_ms(config.slo_ttft_s)})",
         box=box.SIMPLE_HEAD,
     )
@@ -171,24 +219,42 @@ def print_result(result: SweepResult, config: SweepConfig) -> None:
         verdict = "[green]pass[/green]" if point.ok else "[red]fail[/red]"
         if point.stopped_early:
             verdict += " (early)"
+        marks = ["[yellow]marginal[/yellow]"] if point.marginal else []
+        if point.replays > 1:
+            marks.append(f"x{point.replays}")
+        if marks:
+            verdict += "\n" + " ".join(marks)
         table.add_row(
             label,
-            f"{format_ms_cell(point.tbt_ms)} / {pred_tbt}",
-            f"{format_ms_cell(point.ttft_ms)} / {pred_ttft}",
+            f"{format_ms_cell(point.tbt_ms)} / {pred_tbt}{_interval_cell(point.tbt_ci_ms)}",
+            f"{format_ms_cell(point.ttft_ms)} / {pred_ttft}{_interval_cell(point.ttft_ci_ms)}",
             f"{summary.throughput_tokens_per_s or 0:,.0f}",
             str(summary.failed),
             verdict,
             *([_goodput_cell(point)] if config.goodput else []),
         )
     console.print(table)
+    from budgettune.tune.prediction_check import check_predictions
+
+    check = check_predictions(result.points)
+    if check is not None:
+        style = "yellow" if check.ordering_only else "dim"
+        console.print(f"[{style}]{check.sentence(config.percentile)}[/{style}]", highlight=False)
     rec = result.recommendation
     style = "bold green" if rec.budget_tokens is not None else "bold red"
     console.print(f"[{style}]{rec.headline}[/{style}]", highlight=False)
     for reason in rec.reasons:
         console.print(f"  {reason}", highlight=False)
+    document = result.document
+    how = (
+        f" in {document['rounds']} round(s) of up to {document['parallel']} "
+        f"({document['executor']})"
+        if document.get("parallel", 1) != 1 or document.get("executor") == "ray"
+        else ""
+    )
     console.print(
-        f"{result.launches} engine launch(es), {result.wall_s:.0f} s. Files in {config.run_dir}: "
-        + ", ".join(path.name for path in result.files.values()),
+        f"{result.launches} engine launch(es){how}, {result.wall_s:.0f} s. Files in "
+        f"{config.run_dir}: " + ", ".join(path.name for path in result.files.values()),
         highlight=False,
     )
 

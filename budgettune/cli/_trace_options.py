@@ -65,8 +65,9 @@ Rate = Annotated[
     float | None,
     typer.Option(
         "--rate",
-        help="Mean arrival rate, requests/s. With recorded arrivals: rescale the trace to this "
-        "rate. Default: the trace's own rate; synthetic traffic: sweep 8, replay required.",
+        help="Mean arrival rate, requests/s (at most 100,000). With recorded arrivals: rescale "
+        "the trace to this rate. Default: the trace's own rate; synthetic traffic: sweep 8, "
+        "replay required.",
         rich_help_panel=PANEL,
     ),
 ]
@@ -91,8 +92,8 @@ Window = Annotated[
     str | None,
     typer.Option(
         "--window",
-        help="START:END slice of the trace by arrival time, e.g. 10m:20m or :300 (a bare number "
-        "is seconds). Default: the whole trace.",
+        help="START:END slice of the trace by arrival time, e.g. 10m:20m or :300s (each with "
+        "its unit). Default: the whole trace.",
         rich_help_panel=PANEL,
     ),
 ]
@@ -100,8 +101,8 @@ Requests = Annotated[
     int | None,
     typer.Option(
         "--requests",
-        help="Number of requests. Default: the whole trace; synthetic traffic: sweep 240, replay "
-        "200; trace synth needs this or --duration.",
+        help="Number of requests, at most 2,000,000. Default: the whole trace; synthetic "
+        "traffic: sweep 240, replay 200; trace synth needs this or --duration.",
         rich_help_panel=PANEL,
     ),
 ]
@@ -109,8 +110,8 @@ Duration = Annotated[
     str | None,
     typer.Option(
         "--duration",
-        help="Only requests sent before this, e.g. 60s or 10m (a bare number is seconds). "
-        "Default: no limit.",
+        help="Only requests sent before this, e.g. 60s or 10m (the unit is required; at most 7 "
+        "days). Default: no limit.",
         rich_help_panel=PANEL,
     ),
 ]

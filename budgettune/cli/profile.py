@@ -12,6 +12,7 @@ import typer
 from budgettune.app.requests import ModelRequest, ProfileRequest
 from budgettune.cli import Command, app
 from budgettune.cli import _engine_options as eo
+from budgettune.cli._client_options import ApiKey
 from budgettune.cli._common import console, console_err, print_json, with_profiles_option
 from budgettune.core.units import format_ms
 
@@ -21,7 +22,7 @@ if TYPE_CHECKING:  # the profile pipeline (numpy, the engines) loads when the co
 
 # How `profile` measures (budgettune.app.profile.ENGINES, written out for the help: a test
 # checks they agree).
-ENGINES = ("vllm", "sglang", "sim", "torch", "analytic")
+ENGINES = ("vllm", "sglang", "trtllm", "sim", "torch", "analytic", "aiconfigurator")
 MODEL_DEFAULTS = ModelRequest()
 
 
@@ -35,11 +36,23 @@ def profile(
         ),
     ],
     engine: Annotated[
-        str,
+        str | None,
         typer.Option(
-            "--engine", help=f"How to measure: {', '.join(ENGINES)} (analytic: presets only)."
+            "--engine",
+            help=f"How to measure: {', '.join(ENGINES)} (analytic: presets only; "
+            "aiconfigurator: NVIDIA AIConfigurator's database, pip install 'budgettune[aic]'). "
+            "Not with --from.",
         ),
-    ],
+    ] = None,
+    from_csv: Annotated[
+        Path | None,
+        typer.Option(
+            "--from",
+            help="Fit a profile from iteration times measured elsewhere: a CSV with columns "
+            "prefill_tokens, decode_batch, context_tokens, ms (one row per timed iteration). "
+            "Instead of --engine.",
+        ),
+    ] = None,
     gpu_name: Annotated[
         str,
         typer.Option(
@@ -57,7 +70,8 @@ def profile(
         ),
     ] = "8192",
     repeats: Annotated[
-        int, typer.Option("--repeats", help="Timed repeats of each probe (default 5).")
+        int,
+        typer.Option("--repeats", help="Timed repeats of each probe, at most 1,000 (default 5)."),
     ] = 5,
     output: Annotated[
         Path | None,
@@ -71,7 +85,10 @@ def profile(
     ] = None,
     max_batch: Annotated[
         int,
-        typer.Option("--max-batch", help="Largest decode batch probed, sequences (default 256)."),
+        typer.Option(
+            "--max-batch",
+            help="Largest decode batch probed, sequences, at most 16,384 (default 256).",
+        ),
     ] = 256,
     contexts: Annotated[
         str,
@@ -116,32 +133,63 @@ def profile(
     seed: Annotated[
         int, typer.Option("--seed", help="Seed for token ids, weights and the bootstrap.")
     ] = 0,
-    compute_efficiency: Annotated[
-        float,
-        typer.Option(
-            "--compute-efficiency",
-            help="analytic and sim: achievable share of peak FLOP/s (default 0.6).",
-        ),
-    ] = MODEL_DEFAULTS.compute_efficiency,
-    bandwidth_efficiency: Annotated[
-        float,
-        typer.Option(
-            "--bandwidth-efficiency",
-            help="analytic and sim: achievable share of peak bandwidth (default 0.8).",
-        ),
-    ] = MODEL_DEFAULTS.bandwidth_efficiency,
-    overhead_ms: Annotated[
-        float,
-        typer.Option(
-            "--overhead-ms", help="analytic and sim: per-iteration overhead t0, ms (default 0.5)."
-        ),
-    ] = 0.5,
-    mode: Annotated[
+    time_budget: Annotated[
         str,
         typer.Option(
-            "--mode", help="analytic and sim: overlapped or serialized step-time variant."
+            "--time-budget",
+            help="Seconds of probing: after the prefill series, decode and mixed probes run "
+            "cheapest first and one that would end past the budget is skipped (listed in the "
+            "profile). auto: 60s for vllm, sglang and trtllm when nvidia-smi lists no GPU (their "
+            "CPU builds), none elsewhere; none: the whole grid; or a duration such as 2m.",
         ),
-    ] = "overlapped",
+    ] = "auto",
+    calibration: Annotated[
+        str,
+        typer.Option(
+            "--calibration",
+            help="analytic and sim: measured (per-GPU figures fitted to AIConfigurator's "
+            "silicon-measured database) or seed (the seed article's); also the preset the "
+            "fit is shown beside.",
+        ),
+    ] = MODEL_DEFAULTS.calibration,
+    compute_efficiency: Annotated[
+        float | None,
+        typer.Option(
+            "--compute-efficiency",
+            help="analytic and sim: achievable share of peak FLOP/s (default: the calibration's).",
+        ),
+    ] = None,
+    bandwidth_efficiency: Annotated[
+        float | None,
+        typer.Option(
+            "--bandwidth-efficiency",
+            help="analytic and sim: achievable share of peak bandwidth streaming weights "
+            "(default: the calibration's).",
+        ),
+    ] = None,
+    kv_bandwidth_efficiency: Annotated[
+        float | None,
+        typer.Option(
+            "--kv-bandwidth-efficiency",
+            help="analytic and sim: achievable share of peak bandwidth reading the KV cache "
+            "(default: the calibration's).",
+        ),
+    ] = None,
+    overhead_ms: Annotated[
+        float | None,
+        typer.Option(
+            "--overhead-ms",
+            help="analytic and sim: CPU time per iteration t0, ms (default: the calibration's).",
+        ),
+    ] = None,
+    mode: Annotated[
+        str | None,
+        typer.Option(
+            "--mode",
+            help="analytic and sim: overlapped or serialized step-time variant (default: the "
+            "calibration's).",
+        ),
+    ] = None,
     tensor_parallel: Annotated[
         int,
         typer.Option(
@@ -153,6 +201,7 @@ def profile(
     engine_cmd: eo.EngineCmd = None,
     env: eo.Env = [],  # noqa: B006
     health_timeout: eo.HealthTimeout = None,
+    api_key: ApiKey = None,
     compare: Annotated[
         list[Path] | None,
         with_profiles_option(
@@ -167,7 +216,8 @@ def profile(
     """Measure iteration time against tokens (prefill, decode, mixed), find the ridge P*,
     calibrate the step-time model and save it as a profile for `simulate --profile`.
 
-    Measured by vllm, sglang, sim (through their API) or torch (the model); analytic: presets.
+    Measured by vllm, sglang, trtllm, sim (through their API) or torch (the model); analytic:
+    presets.
     """
     from rich.progress import (
         BarColumn,
@@ -188,6 +238,8 @@ def profile(
         bandwidth_efficiency=bandwidth_efficiency, overhead_ms=overhead_ms, mode=mode,
         tensor_parallel=tensor_parallel, engine_arg=tuple(engine_arg), engine_cmd=engine_cmd,
         env=tuple(env), health_timeout=health_timeout, compare=tuple(compare or ()),
+        api_key=api_key, calibration=calibration, kv_bandwidth_efficiency=kv_bandwidth_efficiency,
+        from_csv=from_csv, time_budget=time_budget,
     )  # fmt: skip
     config = profile_config_of(request)
     validate(config)  # bad input fails here, before anything starts
@@ -200,7 +252,7 @@ def profile(
         TimeElapsedColumn(),
         console=console_err,
         transient=True,
-        disable=config.engine == "analytic" or not console_err.is_terminal,
+        disable=config.engine in ("analytic", "import") or not console_err.is_terminal,
     ) as bar:
         task = bar.add_task("probes", total=None)
 
@@ -284,15 +336,22 @@ def _print_tables(outcome: ProfileOutcome) -> None:
     table = Table(title="Prefill curve and ridge", title_justify="left")
     table.add_column("")
     table.add_column("value")
+    summary = outcome.summary
     if ridge is not None:
         if ridge.knee_found and ridge.knee_tokens is not None:
             ci = ""
             if ridge.ci_low_tokens is not None and ridge.ci_high_tokens is not None:
                 ci = f" (95% CI {ridge.ci_low_tokens:.0f}-{ridge.ci_high_tokens:.0f})"
-            table.add_row("ridge P*", f"{ridge.knee_tokens:.0f} tokens{ci}")
+            table.add_row("knee (two segments)", f"{ridge.knee_tokens:.0f} tokens{ci}")
         else:
-            table.add_row("ridge P*", "no knee in the measured range")
+            table.add_row("knee (two segments)", "no knee in the measured range")
         table.add_row("why", ridge.reason)
+        if summary is not None:
+            table.add_row(
+                "roofline P*",
+                f"{summary.model_ridge_tokens:.0f} tokens (the fitted model: compute equals the "
+                "weight read)",
+            )
         table.add_row(
             "linear fit",
             f"{format_ms(ridge.linear_intercept_s)} + {ridge.linear_slope_s_per_token * 1e6:.3g} "
@@ -300,29 +359,37 @@ def _print_tables(outcome: ProfileOutcome) -> None:
         )
         for name, ratio in ridge.tile_ratios.items():
             table.add_row(f"tile {name}", f"x{ratio:.3f}")
-    summary = outcome.summary
     if summary is not None:
         floor = f"{summary.floor_tokens} tokens" if summary.floor_tokens else "-"
         table.add_row("budget floor", f"{floor} ({summary.floor_reason})")
     console.print(table)
     step = p.step
     if step is not None:
-        fit = Table(title=f"Step-time model, {step.mode}: {step.mode_reason}", title_justify="left")
-        fitted = "fitted" if p.kind == "measured" else "profile"
+        fit = Table(
+            title=f"Step-time model ({step.accounting} accounting), {step.mode}: "
+            f"{step.mode_reason}",
+            title_justify="left",
+        )
+        fitted = "profile" if p.kind == "analytic" else "fitted"
         for column in ("parameter", fitted, "preset", f"{fitted} / preset"):
             fit.add_column(column)
         preset = step.preset or {}
+        kv_bw = step.kv_bytes_per_s or step.bytes_per_s
         for name, key, unit in (
             ("achievable compute F", "flops_per_s", "FLOP/s"),
-            ("achievable bandwidth B", "bytes_per_s", "B/s"),
-            ("overhead t0", "overhead_s", "s"),
+            ("weight bandwidth B", "bytes_per_s", "B/s"),
+            ("KV-cache bandwidth", "kv_bytes_per_s", "B/s"),
+            ("CPU time t0", "overhead_s", "s"),
+            ("CPU time per sequence", "overhead_per_seq_s", "s"),
         ):
-            value: float = getattr(step, key)
+            value: float = kv_bw if key == "kv_bytes_per_s" else getattr(step, key)
             ref = preset.get(key)
             text = format_ms(value) if unit == "s" else _si(value, unit)
             ref_text = "-" if ref is None else (format_ms(ref) if unit == "s" else _si(ref, unit))
             share = "-" if not ref else f"{value / ref:.2f}"
             fit.add_row(name, text, ref_text, share)
+        sharpness = "hard max" if step.sharpness is None else f"p = {step.sharpness:.3g}"
+        fit.add_row("knee sharpness", sharpness, "-", "-")
         if step.request_overhead_s is not None:
             per_token_us = (step.request_overhead_s_per_token or 0.0) * 1e6
             per_token = f" + {per_token_us:.2g} µs/token" if per_token_us >= 0.005 else ""
@@ -366,5 +433,11 @@ def _print_tables(outcome: ProfileOutcome) -> None:
         for target, budget in summary.tbt_budgets:
             budgets.add_row(format_ms(target), "unreachable" if budget is None else str(budget))
         console.print(budgets)
+    if p.skipped:
+        console.print(
+            f"[yellow]note:[/yellow] {len(p.skipped)} probe(s) left out to keep within the "
+            f"{p.time_budget_s:g} s time budget (--time-budget), the largest: {p.skipped[-1]}",
+            highlight=False,
+        )
     took = f" in {p.elapsed_s:.1f} s" if p.elapsed_s else ""
     console.print(f"profile{took}: {outcome.json_path} (curve: {outcome.csv_path})")

@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from budgettune.app.requests import LaunchRequest, ReplayRequest, TrafficRequest
+from budgettune.app.requests import ClientRequest, LaunchRequest, ReplayRequest, TrafficRequest
 from budgettune.cli import Command, app
 from budgettune.cli import _engine_options as eo
+from budgettune.cli._client_options import CLIENT
 from budgettune.cli._common import console, console_err, print_json, print_warning
 from budgettune.cli._groups import with_groups
 from budgettune.cli._trace_options import TRAFFIC
@@ -25,7 +26,6 @@ if TYPE_CHECKING:  # the live runner and the replay pipeline load when the comma
     from budgettune.engines.base import EngineHandle, StartProgress
     from budgettune.loadgen.runner import RunProgress
 
-LAG_WARN_MS = 5.0
 LAUNCHABLE = [name for name in eo.ENGINE_NAMES if name != "external"]
 RUN_PANEL = "Load generator"
 SLO_PANEL = "SLOs (optional: a verdict on the console and in report.html)"
@@ -64,8 +64,8 @@ Output = Annotated[Path | None, typer.Option(
     "reports/replay-<date-time>).", rich_help_panel=RUN_PANEL,
 )]  # fmt: skip
 SloTbt = Annotated[str | None, typer.Option(
-    "--slo-tbt", help="TBT target to judge the run against, e.g. 50ms (default: none, no "
-    "verdict).", rich_help_panel=SLO_PANEL,
+    "--slo-tbt", "--slo-itl", help="TBT (ITL, inter-token latency) target to judge the run "
+    "against, e.g. 50ms (default: none, no verdict).", rich_help_panel=SLO_PANEL,
 )]  # fmt: skip
 SloTtft = Annotated[str | None, typer.Option(
     "--slo-ttft", help="TTFT target to judge the run against, e.g. 1s (default: none).",
@@ -80,7 +80,7 @@ AsJson = Annotated[bool, typer.Option(
 
 
 @app.command(cls=Command)
-@with_groups(launch=eo.LAUNCH, traffic=TRAFFIC)
+@with_groups(launch=eo.LAUNCH, traffic=TRAFFIC, client=CLIENT)
 def replay(
     engine: Engine = "auto",
     url: eo.Url = None,
@@ -90,6 +90,7 @@ def replay(
     port: Port = None,
     launch: LaunchRequest = LaunchRequest(),  # the eo.LAUNCH options, packed by with_groups
     traffic: TrafficRequest = TrafficRequest(),  # the TRAFFIC options, likewise
+    client: ClientRequest = ClientRequest(),  # the CLIENT options, likewise
     warmup: Warmup = 0,
     merged_chunks: MergedChunks = "spread",
     max_error_rate: MaxErrorRate = None,
@@ -100,11 +101,12 @@ def replay(
     percentile: Percentile = 99.0,
     as_json: AsJson = False,
 ) -> None:
-    """Replay traffic on a live engine and measure TTFT, TBT, TPOT and E2E.
+    """Replay traffic on a live engine and measure TTFT, TBT (ITL), TPOT and E2E.
 
     Launches the engine for one budget (or measures --url), sends each request
-    at its scheduled time with exact prompt and output lengths, and writes
-    results.json with every request's raw token times.
+    at its scheduled time (or keeps --concurrency N in flight) with exact prompt
+    and output lengths, and writes results.json with every request's raw token
+    times.
     """
     from budgettune.app.replay_setup import prepare_replay
 
@@ -112,7 +114,7 @@ def replay(
         engine=engine, url=url, budget=budget, model=model, gpu=gpu, port=port, launch=launch,
         traffic=traffic, warmup=warmup, merged_chunks=merged_chunks,
         max_error_rate=max_error_rate, request_timeout=request_timeout, output=output,
-        slo_tbt=slo_tbt, slo_ttft=slo_ttft, percentile=percentile,
+        slo_tbt=slo_tbt, slo_ttft=slo_ttft, percentile=percentile, client=client,
     )  # fmt: skip
     prepared = prepare_replay(
         request,
@@ -125,7 +127,7 @@ def replay(
     if as_json:
         print_json(result.to_json())
     else:
-        _print_summary(result, prepared.traffic.description)
+        _print_summary(result, prepared.config.traffic)
         if prepared.slo is not None:
             _print_verdict(result, prepared.slo, warmup)
     _finish(result)
@@ -232,7 +234,7 @@ def _print_summary(result: ReplayResult, traffic: str) -> None:
     table.add_column("metric")
     for column in ("p50", "p90", "p99", "p99.9", "max"):
         table.add_column(column, justify="right")
-    for name, values in (("TTFT", summary.ttft_s), ("TBT", summary.tbt_s),
+    for name, values in (("TTFT", summary.ttft_s), ("TBT (ITL)", summary.tbt_s),
                          ("TPOT", summary.tpot_s), ("E2E", summary.e2e_s)):  # fmt: skip
         table.add_row(name, *(format_ms(v) for v in (values.p50, values.p90, values.p99,
                                                       values.p999, values.max)))  # fmt: skip
@@ -249,10 +251,14 @@ def _print_summary(result: ReplayResult, traffic: str) -> None:
     lag = check.send_lag
     target = check.target_rate_per_s
     achieved = check.achieved_rate_per_s
+    achieved_text = f"{achieved if achieved is not None else float('nan'):.2f}/s"
+    rate = (
+        f"rate {achieved_text} of {target if target is not None else float('nan'):.2f}/s target"
+        if check.concurrency is None
+        else f"closed loop, {check.concurrency} in flight, {achieved_text} sent"
+    )
     console.print(
-        f"load generator: sent {check.sent}/{check.scheduled}, rate "
-        f"{achieved if achieved is not None else float('nan'):.2f}/s of "
-        f"{target if target is not None else float('nan'):.2f}/s target; send lag p50 "
+        f"load generator: sent {check.sent}/{check.scheduled}, {rate}; send lag p50 "
         f"{_lag_cell(lag.p50_ms)}, p99 {_lag_cell(lag.p99_ms)}, max {_lag_cell(lag.max_ms)}; "
         f"merged chunks {check.merged_chunks} of {check.chunks} "
         f"({check.merged_chunks_mode})",
@@ -279,26 +285,32 @@ def _print_summary(result: ReplayResult, traffic: str) -> None:
 
 def _finish(result: ReplayResult) -> None:
     """Warnings and the exit code: 130 when interrupted, 1 when aborted or the engine crashed."""
+    from budgettune.loadgen.selfcheck import LAG_WARN_MS
+
     check = result.outcome.selfcheck()
-    lag_p99 = check.send_lag.p99_ms
-    if lag_p99 is not None and lag_p99 > LAG_WARN_MS:
-        timer_p99 = check.timer_lateness.p99_ms or 0.0
-        print_warning(
-            f"requests went out late (send lag p99 {lag_p99:.1f} ms, of which the timer itself "
-            f"woke {timer_p99:.1f} ms late): this machine is busy"
-        )
+    for warning in check.health_warnings():
+        print_warning(warning)
     loop = result.server.loop_lateness
     lateness = loop.p99_ms if loop is not None else None
-    if lateness is not None and lateness > LAG_WARN_MS:
+    if lateness is not None and lateness > LAG_WARN_MS:  # the same bound as the client's
         print_warning(
             f"the sim engine ended iterations late (p99 {lateness:.1f} ms): this machine is "
             "busy; its latencies include that delay"
         )
     if check.merged_chunks_warning:
+        unplaced = (
+            ""
+            if result.outcome.continuous_usage
+            else "; without --continuous-usage-stats a chunk counts one token and the final "
+            "usage puts the rest on the last chunk: ask for it to count each chunk exactly"
+        )
         print_warning(
             f"{check.merged_chunk_share:.1%} of stream chunks carried more than one token "
             f"({check.merged_chunks_mode} applied); TBT percentiles depend on that choice"
+            f"{unplaced}"
         )
+    if result.save_error is not None:  # measured, printed above, but not saved
+        raise result.save_error
     if result.engine_crashed:
         console_err.print(f"[bold red]error:[/bold red] {result.engine_crashed}", highlight=False)
         tail = result.engine.log_tail or ""

@@ -35,7 +35,8 @@ def report(
         str | None,
         typer.Option(
             "--slo-tbt",
-            help="TBT target to judge and draw (e.g. 50ms); default: none unless the run "
+            "--slo-itl",
+            help="TBT (ITL) target to judge and draw (e.g. 50ms); default: none unless the run "
             "recorded one.",
             show_default=False,
         ),

@@ -26,8 +26,9 @@ def roofline(
     prompt: int | None = typer.Option(
         None,
         "--prompt",
-        help="Prompt length, tokens: compare prefilling it at --chunk-sizes (unset by default: "
-        "one iteration of --prefill/--decodes instead).",
+        help="Prompt length, tokens: compare prefilling it at --chunk-sizes, at most 100,000 "
+        "iterations (prompt / chunk) each (unset by default: one iteration of "
+        "--prefill/--decodes instead).",
     ),
     chunk_sizes: str = typer.Option(
         "128,256,512,1024,2048",
@@ -57,8 +58,9 @@ def roofline(
     if as_json:
         print_json(found.to_json())
         return
-    mode = model.mode
     times = found.times
+    mode = times.mode
+    calibration = f"calibration {found.calibration.name}: {found.calibration.source}"
     if isinstance(times, ChunkingTimes):
         from rich.table import Table
 
@@ -82,6 +84,7 @@ def roofline(
             )
         console.print(table)
         console.print(f"One iteration with the whole prompt: {times.one_shot_s * 1e3:.2f} ms")
+        console.print(calibration, style="dim", highlight=False)
         return
     console.print(
         f"Ridge P* = [bold]{times.ridge_tokens:.0f}[/bold] tokens per iteration "
@@ -93,3 +96,4 @@ def roofline(
             f"One iteration of {times.prefill_tokens} prompt tokens and {decodes} decodes at "
             f"context {context}: [bold]{times.step_s * 1e3:.2f} ms[/bold] ({mode}, {bound})."
         )
+    console.print(calibration, style="dim", highlight=False)

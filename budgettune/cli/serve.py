@@ -26,18 +26,26 @@ def serve(
             "--budget",
             "--max-num-batched-tokens",
             help="Token budget per iteration, e.g. "
-            "512 or 2k; 'none' = no chunking. Default: vLLM's (8192 on >= 70 GiB GPUs but A100, "
-            "else 2048).",
+            "512 or 2k; 'none' = no chunking. Default: vLLM 0.32's on --gpu (16384 from 160 "
+            "GiB, 8192 from 70 GiB but A100, else 2048).",
         ),
     ] = None,
     max_num_seqs: Annotated[
-        int, typer.Option("--max-num-seqs", min=1, help="Most running sequences.")
-    ] = 256,
+        int | None,
+        typer.Option(
+            "--max-num-seqs",
+            min=1,
+            help="Most running sequences (default: vLLM's default on --gpu: 1024 from 70 GiB "
+            "other than A100, else 256).",
+        ),
+    ] = None,
     model: mo.Model = mo.DEFAULTS.model,
     gpu: mo.GpuName = mo.DEFAULTS.gpu,
     dtype: mo.Dtype = mo.DEFAULTS.dtype,
+    calibration: mo.Calibration = mo.DEFAULTS.calibration,
     compute_efficiency: mo.ComputeEfficiency = mo.DEFAULTS.compute_efficiency,
     bandwidth_efficiency: mo.BandwidthEfficiency = mo.DEFAULTS.bandwidth_efficiency,
+    kv_bandwidth_efficiency: mo.KvBandwidthEfficiency = mo.DEFAULTS.kv_bandwidth_efficiency,
     overhead_ms: mo.OverheadMs = mo.DEFAULTS.overhead_ms,
     mode: mo.Mode = mo.DEFAULTS.mode,
     profile: mo.Profile = None,
@@ -81,12 +89,22 @@ def serve(
             "--emission-log", help="CSV of every stream write: request, tokens, monotonic s."
         ),
     ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key",
+            envvar="VLLM_API_KEY",
+            show_default=False,
+            help="Answer /v1 requests without 'Authorization: Bearer KEY' with 401, as vLLM.",
+        ),
+    ] = None,
 ) -> None:
     """Serve the simulated engine on an OpenAI-compatible API until Ctrl-C.
 
-    POST /v1/completions (streamed or not), GET /health, /v1/models, /version,
-    /metrics (vLLM metric names). Iterations follow the roofline step-time
-    model in real time (the presets', or a calibrated one with --profile).
+    POST /v1/completions and /v1/chat/completions (streamed or not), GET
+    /health, /v1/models, /version, /metrics (vLLM metric names). Iterations
+    follow the roofline step-time model in real time (the presets', or a
+    calibrated one with --profile). --api-key (or VLLM_API_KEY) guards /v1.
     """
     from budgettune.app.serve import serve_until_stopped, server_config
 
@@ -106,12 +124,15 @@ def serve(
         served_model_name=served_model_name,
         time_scale=time_scale,
         stream_interval=stream_interval,
+        calibration=calibration,
         compute_efficiency=compute_efficiency,
         bandwidth_efficiency=bandwidth_efficiency,
+        kv_bandwidth_efficiency=kv_bandwidth_efficiency,
         overhead_ms=overhead_ms,
         mode=mode,
         emission_log=emission_log,
         profile=profile,
+        api_key=api_key,
     )
     config = server_config(request)
 

@@ -106,8 +106,8 @@ Goodput = Annotated[bool, typer.Option(
     "rescaled or redrawn at each rate tried).",
 )]  # fmt: skip
 SloTbt = Annotated[str, typer.Option(
-    "--slo-tbt",
-    help="p99 time-between-tokens target for --goodput and the -o report (e.g. 50ms).",
+    "--slo-tbt", "--slo-itl",
+    help="p99 time-between-tokens (TBT, ITL) target for --goodput and the -o report (e.g. 50ms).",
 )]  # fmt: skip
 SloTtft = Annotated[str, typer.Option(
     "--slo-ttft", help="p99 time-to-first-token target for --goodput and the -o report (e.g. 1s).",

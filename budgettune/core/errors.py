@@ -4,7 +4,8 @@
     ├── UserError            bad input from the command line or a file; exit code 2, one line
     │   ├── SpecError        a malformed value of a field ("50mss", "lognormal:mean=x")
     │   └── TraceError       a bad trace file; carries file:line and the record's field
-    └── EngineError          an engine failed to start, crashed or misbehaved; carries its log tail
+    ├── EngineError          an engine failed to start, crashed or misbehaved; carries its log tail
+    └── StorageError         the machine could not hold a file (disk full, quota, I/O error); exit 1
 
 Errors raised below the CLI name the *field* they are about (``field="max_num_seqs"``), never a
 command-line flag: the library reads as a library. The CLI shows the field as the flag the user
@@ -12,6 +13,20 @@ typed (``--max-num-seqs: must be positive``) and never prints a traceback for th
 """
 
 from __future__ import annotations
+
+SHOWN_CHARS = 80  # the most of one value an error message echoes
+
+
+def shorten(text: object, limit: int = SHOWN_CHARS) -> str:
+    """``text`` cut to about ``limit`` characters, for an error message that echoes a value: a
+    262 KB header is not repeated back whole. The middle goes (its length said), the start and
+    the end stay: the end often says where things were saved."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    keep = max(limit - 24, 8)
+    head, tail = text[: keep * 2 // 3], text[len(text) - keep // 3 :]
+    return f"{head} ...({len(text) - len(head) - len(tail):,} characters)... {tail}"
 
 
 class BudgettuneError(Exception):
@@ -82,3 +97,15 @@ class EngineError(BudgettuneError):
     ) -> None:
         super().__init__(message, field=field, hint=hint)
         self.log_tail = log_tail
+
+
+class StorageError(BudgettuneError):
+    """A file could not be written (or read) for a reason of the machine, not of the input: the
+    disk or a quota is full, the device failed. ``path`` is the file."""
+
+    def __init__(
+        self, message: str, *, path: str | None = None, field: str | None = None,
+        hint: str | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__(message, field=field, hint=hint)
+        self.path = path

@@ -6,11 +6,16 @@ folder); a GPU from a preset name or from explicit peak figures. Nothing here is
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from budgettune.core.errors import SpecError
+from budgettune.core import jsonio
+from budgettune.core.errors import SpecError, UserError
+from budgettune.core.fields import Fields
+from budgettune.core.limits import MAX_TOKENS, check_number
+
+MAX_DIMENSION = 1 << 22  # a config.json's hidden, intermediate or vocabulary size
+MAX_LAYERS = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,15 +96,25 @@ class HardwareFacts:
         return doc
 
 
+# A custom GPU's figures: positive and finite, and at most this (a thousand B200s' worth).
+CUSTOM_GPU_LIMITS = {"peak_tflops": 1e7, "bandwidth_tbs": 1e4, "memory_gb": 1e6}
+MIN_BANDWIDTH_TBS = 1e-3  # 1 GB/s: below it no figure the model gives means anything
+
+
 def custom_gpu(peak_tflops: float, bandwidth_tbs: float, memory_gb: float) -> GPU:
-    """A GPU from explicit figures (TFLOP/s, TB/s, GB); each must be positive."""
+    """A GPU from explicit figures (TFLOP/s, TB/s, GB); each positive, finite and at most
+    :data:`CUSTOM_GPU_LIMITS`. Raises SpecError naming the figure."""
     for field, value in (
         ("peak_tflops", peak_tflops),
         ("bandwidth_tbs", bandwidth_tbs),
         ("memory_gb", memory_gb),
     ):
-        if not value > 0:
-            raise SpecError(f"must be a positive number, got {value!r}", field=field)
+        check_number(value, field=field, maximum=CUSTOM_GPU_LIMITS[field])
+    if bandwidth_tbs < MIN_BANDWIDTH_TBS:
+        raise SpecError(
+            f"must be at least {MIN_BANDWIDTH_TBS:g} TB/s, got {bandwidth_tbs:g}",
+            field="bandwidth_tbs",
+        )
     return GPU("custom", peak_tflops * _TB, bandwidth_tbs * _TB, memory_gb * _GB)
 
 
@@ -160,7 +175,8 @@ class ModelShape:
         return 2 * self.layers * self.kv_heads * self.head_dim * bytes_per_element
 
 
-# Shapes from each model's published config.json on the Hugging Face Hub.
+# Shapes from each model's published config.json on the Hugging Face Hub (Qwen3-32B's also ships
+# in AIConfigurator's model_configs, the second shape the measured calibrations are fitted to).
 MODEL_PRESETS: dict[str, ModelShape] = {
     m.name: m
     for m in (
@@ -187,6 +203,7 @@ MODEL_PRESETS: dict[str, ModelShape] = {
         ModelShape(
             "llama-2-13b", 40, 5120, 40, 40, 128, 13824, 32000, max_position_embeddings=4096
         ),
+        ModelShape("qwen3-32b", 64, 5120, 64, 8, 128, 25600, 151936, max_position_embeddings=40960),
     )
 }
 
@@ -211,26 +228,35 @@ def resolve_model(name_or_path: str) -> ModelShape:
 def load_model_shape(config_path: Path) -> ModelShape:
     """Read a Hugging Face ``config.json``; names the missing field when one is absent."""
     try:
-        config = json.loads(config_path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise SpecError(f"cannot read {config_path}: {exc}", field="model") from None
+        config = jsonio.read_json(config_path, "model config")
+    except UserError as error:
+        raise SpecError(error.message, field="model", hint=error.hint) from None
+    if not isinstance(config, dict):
+        raise SpecError(f"{config_path}: not a model config (not a JSON object)", field="model")
     if isinstance(config.get("text_config"), dict):  # multimodal wrappers keep the LM inside
         config = {**config, **config["text_config"]}
+    fields = Fields(config, str(config_path))
 
-    def need(*keys: str) -> int:
+    def need(*keys: str, maximum: int = MAX_DIMENSION) -> int:
         for key in keys:
             if config.get(key) is not None:
-                return int(config[key])
+                try:
+                    return fields.integer(key, minimum=1, maximum=maximum)
+                except UserError as error:
+                    raise SpecError(error.message, field="model") from None
         raise SpecError(f"{config_path}: missing field {keys[0]!r}", field="model")
+
+    def optional(key: str, maximum: int = MAX_DIMENSION) -> int | None:
+        return need(key, maximum=maximum) if config.get(key) is not None else None
 
     hidden = need("hidden_size", "n_embd", "d_model")
     heads = need("num_attention_heads", "n_head")
-    kv_heads = int(config.get("num_key_value_heads") or heads)
-    head_dim = int(config.get("head_dim") or hidden // heads)
+    kv_heads = optional("num_key_value_heads") or heads
+    head_dim = optional("head_dim") or max(1, hidden // heads)
     name = str(config.get("_name_or_path") or config_path.parent.name or "model")
     return ModelShape(
         name=name,
-        layers=need("num_hidden_layers", "n_layer"),
+        layers=need("num_hidden_layers", "n_layer", maximum=MAX_LAYERS),
         hidden=hidden,
         heads=heads,
         kv_heads=kv_heads,
@@ -240,5 +266,5 @@ def load_model_shape(config_path: Path) -> ModelShape:
         tied_embeddings=bool(config.get("tie_word_embeddings", False)),
         attention_bias=bool(config.get("attention_bias", False))
         or config.get("model_type") in {"qwen2"},
-        max_position_embeddings=config.get("max_position_embeddings"),
+        max_position_embeddings=optional("max_position_embeddings", maximum=MAX_TOKENS),
     )

@@ -103,6 +103,20 @@ def tbt_s(records: Sequence[RequestRecord]) -> FloatArray:
     return np.concatenate(gaps) if gaps else np.empty(0)
 
 
+def tbt_samples(records: Sequence[RequestRecord]) -> tuple[FloatArray, FloatArray]:
+    """:func:`tbt_s`'s gaps and, beside each, when it ended (its later token's time): what an
+    interval on a TBT percentile resamples in time order."""
+    kept = [r.token_times_s for r in records if len(r.token_times_s) > 1]
+    if not kept:
+        return np.empty(0), np.empty(0)
+    return np.concatenate([np.diff(t) for t in kept]), np.concatenate([t[1:] for t in kept])
+
+
+def ttft_samples(records: Sequence[RequestRecord]) -> tuple[FloatArray, FloatArray]:
+    """:func:`ttft_s`'s values and each request's send time."""
+    return ttft_s(records), np.array([r.sent_s for r in records], dtype=np.float64)
+
+
 def tpot_s(records: Sequence[RequestRecord]) -> FloatArray:
     """(last token - first token) / (tokens - 1) per request with at least 2 output tokens;
     +inf for a failed request."""

@@ -8,7 +8,8 @@ from __future__ import annotations
 import math
 import re
 
-from budgettune.core.errors import SpecError
+from budgettune.core.errors import SpecError, shorten
+from budgettune.core.limits import MAX_DURATION_S, MAX_TOKENS
 
 _DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(us|µs|ms|s|m|min|h)?\s*$")
 _DURATION_SCALE_S = {
@@ -22,17 +23,39 @@ _DURATION_SCALE_S = {
 }
 
 
-def parse_duration_s(text: str, *, field: str = "duration", default_unit: str = "s") -> float:
-    """Parse "50ms", "1s", "1.5", "2m" into seconds. A bare number is in ``default_unit``."""
+def parse_duration_s(text: str, *, field: str = "duration", allow_zero: bool = False) -> float:
+    """Parse "50ms", "1s", "1.5s", "2m", "1h" into seconds: positive (or zero, with
+    ``allow_zero``: "0", "0s"), at most MAX_DURATION_S (a week). The unit is required: a bare
+    "50" could be 50 ms or 50 s, so it is refused with both readings as the hint; a bare zero
+    reads the same in every unit."""
     match = _DURATION_RE.match(str(text))
     if not match:
-        raise SpecError(f"cannot read {text!r} as a duration; write e.g. 50ms, 1s, 2m", field=field)
+        raise SpecError(
+            f"cannot read {_short(repr(text))} as a duration; write e.g. 50ms, 1s, 2m", field=field
+        )
     value = float(match.group(1))
-    unit = match.group(2) or default_unit
+    unit = match.group(2)
+    if allow_zero and value == 0:
+        return 0.0
+    if unit is None:
+        raise SpecError(
+            f"{text.strip()!r} has no unit; write {match.group(1)}ms or {match.group(1)}s",
+            field=field,
+        )
     seconds = value * _DURATION_SCALE_S[unit]
-    if not math.isfinite(seconds) or seconds <= 0:
+    if seconds <= 0:
         raise SpecError(f"duration must be positive, got {text!r}", field=field)
+    if not math.isfinite(seconds) or seconds > MAX_DURATION_S:
+        raise SpecError(
+            f"{_short(repr(text))} is longer than budgettune takes (at most "
+            f"{MAX_DURATION_S / 86_400:g} days)",
+            field=field,
+        )
     return seconds
+
+
+def _short(text: object) -> str:
+    return shorten(text)
 
 
 _TOKENS_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kKmM]?)\s*$")
@@ -40,14 +63,16 @@ _DECIMAL_SCALE = {"": 1, "k": 1000, "m": 1_000_000}
 _BINARY_SCALE = {"K": 1024, "M": 1024 * 1024}
 
 
-def parse_tokens(text: str, *, field: str = "tokens") -> int:
+def parse_tokens(text: str, *, field: str = "tokens", maximum: int = MAX_TOKENS) -> int:
     """Parse "512", "8k", "8K" into a whole number of tokens, as vLLM reads its own flags
     (``human_readable_int``): lower case is decimal ("8k" is 8000, "1m" a million), upper case
     binary ("8K" is 8192, "1M" is 1,048,576), so ``--budgets 8K`` means the budget vLLM's
-    ``--max-num-batched-tokens 8K`` would."""
+    ``--max-num-batched-tokens 8K`` would. At most ``maximum`` (MAX_TOKENS)."""
     match = _TOKENS_RE.match(str(text))
     if not match:
-        raise SpecError(f"cannot read {text!r} as a token count; write e.g. 512 or 8K", field=field)
+        raise SpecError(
+            f"cannot read {_short(repr(text))} as a token count; write e.g. 512 or 8K", field=field
+        )
     number, suffix = match.groups()
     if suffix in _BINARY_SCALE and "." in number:
         raise SpecError(
@@ -57,35 +82,56 @@ def parse_tokens(text: str, *, field: str = "tokens") -> int:
         )
     scale = _BINARY_SCALE.get(suffix) or _DECIMAL_SCALE[suffix]
     value = float(number) * scale
+    if not math.isfinite(value) or value > maximum:
+        raise SpecError(
+            f"{_short(repr(text))} is more tokens than budgettune takes (at most {maximum:,})",
+            field=field,
+        )
     if value != int(value):
         raise SpecError(f"{text!r} is not a whole number of tokens", field=field)
     return int(value)
 
 
-def parse_positive_float(text: str | float, *, field: str) -> float:
-    """Parse a strictly positive finite number, naming ``field`` in the error."""
+def parse_positive_float(text: str | float, *, field: str, maximum: float | None = None) -> float:
+    """Parse a strictly positive finite number (at most ``maximum``), naming ``field``."""
     try:
         value = float(text)
     except (TypeError, ValueError):
-        raise SpecError(f"expected a number, got {text!r}", field=field) from None
+        raise SpecError(f"expected a number, got {_short(repr(text))}", field=field) from None
     if not math.isfinite(value) or value <= 0:
-        raise SpecError(f"must be a positive number, got {text!r}", field=field)
+        raise SpecError(f"must be a positive number, got {_short(repr(text))}", field=field)
+    if maximum is not None and value > maximum:
+        raise SpecError(
+            f"{value:g} is more than budgettune takes (at most {maximum:g})", field=field
+        )
     return value
 
 
-def parse_int_list(text: str, *, field: str) -> list[int]:
-    """Parse "128,256,512" into ints (each positive)."""
+MAX_LIST_ITEMS = 256  # values in one comma-separated list (--budgets, --chunk-sizes, ...)
+
+
+def parse_int_list(text: str, *, field: str, maximum: int = MAX_TOKENS) -> list[int]:
+    """Parse "128,256,512" into ints, each in [1, ``maximum``], at most MAX_LIST_ITEMS."""
     out: list[int] = []
-    for part in str(text).split(","):
+    parts = str(text).split(",")
+    if len(parts) > MAX_LIST_ITEMS:
+        raise SpecError(f"more than {MAX_LIST_ITEMS} values", field=field)
+    for part in parts:
         part = part.strip()
         if not part:
             continue
         try:
             value = int(part)
         except ValueError:
-            raise SpecError(f"{part!r} is not a whole number (in {text!r})", field=field) from None
+            raise SpecError(
+                f"{_short(repr(part))} is not a whole number (in {_short(repr(text))})", field=field
+            ) from None
         if value <= 0:
             raise SpecError(f"values must be positive, got {value} (in {text!r})", field=field)
+        if value > maximum:
+            raise SpecError(
+                f"{value:,} is more than budgettune takes (at most {maximum:,})", field=field
+            )
         out.append(value)
     if not out:
         raise SpecError(f"empty list {text!r}", field=field)

@@ -51,6 +51,11 @@ class LaunchSpec:
     tensor_parallel_size: int | None = None
     gpu_memory_utilization: float | None = None
     prefix_caching: bool = False
+    # The bearer key the server must demand (vLLM --api-key) and every request then carries;
+    # None: no key. Never recorded: results keep only whether one was used.
+    api_key: str | None = field(default=None, repr=False)
+    # CPUs the engine process (and every process it starts) may run on; empty: not pinned.
+    cpu_affinity: tuple[int, ...] = ()
 
 
 @dataclass(slots=True, frozen=True)
@@ -86,6 +91,7 @@ class EngineHandle:
     command: tuple[str, ...] = ()
     startup_s: float = 0.0
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    metrics_path: str = "/metrics"  # where its Prometheus text is (TensorRT-LLM: elsewhere)
 
     def exit_code(self) -> int | None:
         """The engine's exit status if its main process has exited, else None (or external)."""
@@ -120,6 +126,7 @@ class CommandEngine(Protocol):
 
     name: str
     health_path: str
+    metrics_path: str  # its Prometheus text exposition, scraped for the self-check
 
     def command(self, spec: LaunchSpec, port: int) -> list[str]:
         """The argument list to start the server on ``spec.host:port``."""

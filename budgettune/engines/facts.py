@@ -27,6 +27,7 @@ class EngineFacts:
     startup_s: float
     crashed: str | None = None
     log_tail: str | None = None
+    decided_by: tuple[tuple[str, str], ...] = ()  # (setting, who set it), see decided_by()
 
     @classmethod
     def of(cls, handle: EngineHandle, spec: LaunchSpec) -> EngineFacts:
@@ -43,6 +44,7 @@ class EngineFacts:
             command=tuple(handle.command),
             log=str(handle.log_path) if handle.log_path else None,
             startup_s=round(handle.startup_s, 3),
+            decided_by=decided_by(spec),
         )
 
     def with_crash(self, crashed: str, log_tail: str) -> EngineFacts:
@@ -64,9 +66,42 @@ class EngineFacts:
             "command": list(self.command),
             "log": self.log,
             "startup_s": self.startup_s,
+            "decided_by": dict(self.decided_by),
         }
         if self.crashed is not None:
             doc["crashed"] = self.crashed
         if log_tail and self.log_tail is not None:
             doc["log_tail"] = self.log_tail
         return doc
+
+
+def decided_by(spec: LaunchSpec) -> tuple[tuple[str, str], ...]:
+    """Who set each scheduling setting of a launch: budgettune (the budget under test, prefix
+    caching off), the user (each option given), or the engine (its own default). Settings the
+    user left alone are not passed to the engine at all."""
+    if not spec.chunked_prefill:
+        budget = "budgettune: chunking off (--budget none)"
+    elif spec.budget_tokens is not None:
+        budget = "budgettune: the budget under test"
+    else:
+        budget = "the engine's default"
+    found = [
+        ("budget_tokens", budget),
+        (
+            "prefix_caching",
+            "the user: --prefix-caching on"
+            if spec.prefix_caching
+            else "budgettune: off, so replays measure the budget, not cache hits",
+        ),
+    ]
+    given = {
+        "max_num_seqs": spec.max_num_seqs,
+        "max_model_len": spec.max_model_len,
+        "tensor_parallel_size": spec.tensor_parallel_size,
+        "gpu_memory_utilization": spec.gpu_memory_utilization,
+        "dtype": spec.dtype,
+    }
+    for name, value in given.items():
+        who = "the engine's default" if value is None else f"the user: --{name.replace('_', '-')}"
+        found.append((name, who))
+    return tuple(found)

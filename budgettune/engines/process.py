@@ -20,7 +20,9 @@ from pathlib import Path
 
 import httpx
 
+from budgettune.core.auth import bearer_headers
 from budgettune.core.errors import EngineError, UserError
+from budgettune.core.files import storage_error
 from budgettune.engines.base import (
     CommandEngine,
     EngineHandle,
@@ -45,18 +47,67 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def port_is_free(host: str, port: int) -> bool:
-    """True when nothing listens on ``host:port`` and we could bind it."""
+    """True when nothing listens on ``host:port`` and we could bind it. Both are asked: a
+    server listening on ``::`` (IPv6 and IPv4 at once) leaves 127.0.0.1:port bindable, yet it
+    answers there."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
             sock.bind((host, port))
         except OSError:
             return False
-    return True
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex((host, port)) != 0
 
 
-def _parent_death_signal() -> Callable[[], None] | None:
+def listening_inodes(port: int) -> set[str] | None:
+    """Socket inodes listening on TCP ``port`` (IPv4 and IPv6), from /proc/net; None where the
+    kernel does not tell (not Linux)."""
+    found: set[str] = set()
+    seen = False
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        seen = True
+        for line in lines:
+            parts = line.split()
+            # local_address is HEXADDR:HEXPORT; state 0A is LISTEN; the inode is column 9
+            if len(parts) > 9 and parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port:
+                found.add(parts[9])
+    return found if seen else None
+
+
+def group_listens(pgid: int, port: int) -> bool | None:
+    """Whether a process of group ``pgid`` holds a socket listening on ``port``; None when
+    this cannot be told (no /proc, or another user's processes)."""
+    inodes = listening_inodes(port)
+    if inodes is None:
+        return None
+    if not inodes:
+        return False
+    readable = False
+    for pid in group_members(pgid):
+        try:
+            entries = list(Path(f"/proc/{pid}/fd").iterdir())
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        readable = True
+        for entry in entries:
+            try:
+                link = os.readlink(entry)
+            except OSError:  # closed meanwhile (the listing's own descriptor, for one)
+                continue
+            if link.startswith("socket:[") and link[8:-1] in inodes:
+                return True
+    return False if readable else None
+
+
+def _parent_death_signal(cpus: tuple[int, ...] = ()) -> Callable[[], None] | None:
     """A preexec function making Linux send SIGTERM to the engine if budgettune dies (even by
-    SIGKILL), so no server outlives us. The libc lookup happens here, in the parent."""
+    SIGKILL), so no server outlives us, and pinning it to ``cpus`` (when given) before it runs,
+    so every process it starts is pinned too. The libc lookup happens here, in the parent."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -73,18 +124,29 @@ def _parent_death_signal() -> Callable[[], None] | None:
         # the orphan has been re-parented already, so it must not start at all.
         if os.getppid() != parent_pid:
             os._exit(1)
+        if cpus:
+            os.sched_setaffinity(0, cpus)
 
     return preexec
 
 
 def start_process(
-    command: list[str], *, env: dict[str, str] | None, log_path: Path
+    command: list[str],
+    *,
+    env: dict[str, str] | None,
+    log_path: Path,
+    cpu_affinity: tuple[int, ...] = (),
 ) -> subprocess.Popen[bytes]:
     """Start ``command`` in a new session (its own process group), stdout and stderr appended to
-    ``log_path``, stdin closed. Raises EngineError when the executable cannot be started."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    ``log_path``, stdin closed, pinned to ``cpu_affinity`` when given. Raises EngineError when
+    the executable cannot be started."""
+    try:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(log_path, "ab")  # noqa: SIM115 (closed below, the engine keeps its copy)
+    except OSError as error:
+        raise storage_error(error, log_path, field="output") from None
     full_env = {**os.environ, **(env or {})}
-    with open(log_path, "ab") as log:
+    with log:
         try:
             return subprocess.Popen(
                 command,
@@ -93,7 +155,7 @@ def start_process(
                 stderr=subprocess.STDOUT,
                 env=full_env,
                 start_new_session=True,
-                preexec_fn=_parent_death_signal(),  # parent-death signal only
+                preexec_fn=_parent_death_signal(cpu_affinity),  # parent-death signal, CPUs
             )
         except OSError as exc:
             raise EngineError(
@@ -176,6 +238,9 @@ def _log_file(spec: LaunchSpec, engine: str) -> Path:
     return Path(name)
 
 
+UNAUTHORIZED = 401
+
+
 async def _probe_version(client: httpx.AsyncClient, url: str) -> str:
     """vLLM and the sim engine answer GET /version with {"version": "..."}."""
     try:
@@ -188,8 +253,17 @@ async def _probe_version(client: httpx.AsyncClient, url: str) -> str:
 
 
 async def served_model(client: httpx.AsyncClient, url: str) -> str:
-    """The first model id listed by GET /v1/models (what requests must name)."""
+    """The first model id listed by GET /v1/models (what requests must name). Raises UserError
+    (field ``api_key``) when the server answers 401: it wants another API key, or one."""
     response = await client.get(f"{url}/v1/models")
+    if response.status_code == UNAUTHORIZED:
+        given = "Authorization" in client.headers
+        raise UserError(
+            f"{url} refused the {'given' if given else 'missing'} API key (HTTP 401)",
+            field="api_key",
+            hint="give the key the server was started with (vllm serve --api-key) with "
+            "--api-key, or in VLLM_API_KEY or OPENAI_API_KEY",
+        )
     response.raise_for_status()
     data = response.json().get("data") or []
     if not data:
@@ -217,6 +291,7 @@ async def wait_until_ready(
     timeout_s: float,
     log_path: Path | None,
     on_progress: ProgressCallback | None,
+    api_key: str | None = None,
 ) -> tuple[str, str, float]:
     """Poll ``health_path`` until 200, then check a real completion. Returns (model id, version,
     seconds it took). Raises EngineError with the log tail if the process exits or the timeout
@@ -234,7 +309,7 @@ async def wait_until_ready(
         return EngineError(message, log_tail=read_log_tail(log_path, 30), hint=hint)
 
     timeout = httpx.Timeout(10.0, connect=2.0)
-    async with httpx.AsyncClient(timeout=timeout) as client:
+    async with httpx.AsyncClient(timeout=timeout, headers=bearer_headers(api_key)) as client:
         while True:
             if process is not None and process.poll() is not None:
                 raise failed(f"engine {name} exited with status {process.returncode} during start")
@@ -279,7 +354,9 @@ async def launch_process(
     port = spec.port if spec.port is not None else free_port(spec.host)
     command = engine.command(spec, port)
     log_path = _log_file(spec, engine.name)
-    process = start_process(command, env=engine.environment(spec), log_path=log_path)
+    process = start_process(
+        command, env=engine.environment(spec), log_path=log_path, cpu_affinity=spec.cpu_affinity
+    )
     pgid = process.pid  # start_new_session: the leader's pid is the group id
     url = f"http://{spec.host}:{port}"
     try:
@@ -291,7 +368,18 @@ async def launch_process(
             timeout_s=spec.health_timeout_s,
             log_path=log_path,
             on_progress=on_progress,
+            api_key=spec.api_key,
         )
+        if group_listens(pgid, port) is False:
+            # What answered is another server on the port, not the engine just started (which
+            # could not bind it): measuring it would label its figures with our budget.
+            raise EngineError(
+                f"another server answers on {spec.host}:{port}, not the {engine.name} engine "
+                "budgettune started",
+                field="port",
+                log_tail=read_log_tail(log_path, 30),
+                hint="stop the other server, or give another --port",
+            )
         yield EngineHandle(
             engine=engine.name,
             url=url,
@@ -304,6 +392,7 @@ async def launch_process(
             command=tuple(command),
             startup_s=startup_s,
             process=process,
+            metrics_path=engine.metrics_path,
         )
     finally:
         try:

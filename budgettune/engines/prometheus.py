@@ -113,7 +113,7 @@ class EngineMetrics:
         self.fine_itl.observe(gap_s)
 
     def render(self) -> str:
-        labels = f'model_name="{self.model_name}"'
+        labels = f'model_name="{label_value(self.model_name)}"'
         lines: list[str] = []
         for name, kind, help_text, value in (
             ("vllm:num_requests_running", "gauge", "Number of requests in model execution.",
@@ -142,3 +142,9 @@ class EngineMetrics:
         ):  # fmt: skip
             lines += histogram.render(labels)
         return "\n".join(lines) + "\n"
+
+
+def label_value(text: str) -> str:
+    """``text`` escaped for a quoted label value of the text exposition format (backslash,
+    double quote, newline)."""
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

@@ -10,6 +10,7 @@ from budgettune.engines.base import Engine
 from budgettune.engines.embedded.engine import SimEngine
 from budgettune.engines.external import ExternalEngine
 from budgettune.engines.sglang import SglangEngine
+from budgettune.engines.trtllm import TrtllmEngine
 from budgettune.engines.vllm import VllmEngine
 
 ENGINES: dict[str, Callable[[], Engine]] = {
@@ -17,7 +18,21 @@ ENGINES: dict[str, Callable[[], Engine]] = {
     "external": ExternalEngine,
     "vllm": VllmEngine,
     "sglang": SglangEngine,
+    "trtllm": TrtllmEngine,
 }
+
+
+def check_engine_args(name: str, args: tuple[str, ...]) -> None:
+    """Refuse, before anything is launched, pass-through arguments that repeat a flag
+    budgettune sets on engine ``name`` (UserError, field ``engine_arg``)."""
+    from budgettune.engines import sglang, vllm
+    from budgettune.engines.embedded import engine as embedded
+    from budgettune.engines.served import check_passthrough
+
+    managed = {"sim": embedded.MANAGED_FLAGS, "vllm": vllm.MANAGED_FLAGS,
+               "sglang": sglang.MANAGED_FLAGS}.get(name)  # fmt: skip
+    if managed is not None:
+        check_passthrough(args, managed, name, abbreviations=name != "sim")
 
 
 def engine_names() -> list[str]:

@@ -48,6 +48,10 @@ print("-", "unknown" if importlib.util.find_spec(module) else "missing")
 """
 _UNRECOGNIZED = re.compile(r"error: unrecognized arguments: (.+)$", re.MULTILINE)
 _INVALID_CHOICE = re.compile(r"error: argument (\S+?)(?:/\S+)?: (.+)$", re.MULTILINE)
+# trtllm-serve parses with click: "Error: No such option: --x" (and "(Possible options: ...)"),
+# "Error: Invalid value for '--x': ...".
+_CLICK_UNKNOWN = re.compile(r"Error: No such option: (\S+)", re.MULTILINE)
+_CLICK_INVALID = re.compile(r"Error: Invalid value for '([^']+)': (.+)$", re.MULTILINE)
 
 # Process groups of servers this process launched and has not yet seen gone.
 _live_groups: set[int] = set()
@@ -72,19 +76,65 @@ def engine_log_path(run_dir: Path, spec: LaunchSpec) -> Path:
     return run_dir / f"engine-{label}.log"
 
 
-def check_passthrough(args: Sequence[str], managed: dict[str, str], engine: str) -> None:
+# vLLM and SGLang read a YAML file of flags with --config, trtllm-serve one of LLM-API
+# arguments; any could set a managed flag.
+CONFIG_FLAG = "--config"
+
+
+def check_passthrough(
+    args: Sequence[str], managed: Mapping[str, str], engine: str, *, abbreviations: bool = True
+) -> None:
     """Refuse pass-through flags budgettune sets itself (it would measure the wrong config).
 
-    ``managed`` maps an engine flag to the budgettune option that sets it. Raises UserError
-    (field engine_arg) naming the flag.
+    ``managed`` maps an engine flag to the budgettune option that sets it. A flag is compared
+    in the form the engine's parser resolves: ``--flag=value`` as ``--flag``, underscores as
+    dashes (vLLM reads ``--max_num_batched_tokens`` as ``--max-num-batched-tokens``; SGLang
+    would reject it anyway), and a unique prefix of a managed flag as that flag (both parse
+    with argparse, which expands abbreviations: ``--chunked-prefill`` is
+    ``--chunked-prefill-size``). ``abbreviations`` False: the engine's parser expands none
+    (click, trtllm-serve's), so a prefix is a flag of its own. ``--config`` is refused for
+    every engine. Raises UserError (field engine_arg) naming the flag, in one line.
     """
     for arg in args:
-        flag = arg.split("=", 1)[0]
-        if flag in managed:
+        flag = passthrough_flag(arg)
+        if flag is None:
+            continue
+        spelled = arg.split("=", 1)[0]
+        if flag == CONFIG_FLAG:
             raise UserError(
-                f"{flag} is set by budgettune for {engine} ({managed[flag]}); remove it",
+                f"{spelled} is refused for {engine}: a config file can set flags budgettune "
+                "manages; pass its other settings as engine args",
                 field="engine_arg",
             )
+        target = managed_target(flag, managed) if abbreviations else flag
+        if target is None or target not in managed:
+            continue
+        same = "" if target == spelled else f" (= {target})"
+        raise UserError(
+            f"{spelled}{same} is set by budgettune for {engine} ({managed[target]}); remove it",
+            field="engine_arg",
+        )
+
+
+def passthrough_flag(arg: str) -> str | None:
+    """The flag ``arg`` names as the engine's parser sees it (``--a_b=1`` -> ``--a-b``; the
+    part before a ``.`` of vLLM's ``--json-arg.key``), or None when ``arg`` is a value."""
+    if len(arg) < 2 or not arg.startswith("-") or arg[1].isdigit() or arg[1] == ".":
+        return None
+    name = arg.split("=", 1)[0]
+    if name.startswith("--"):
+        name = "--" + name[2:].split(".", 1)[0].replace("_", "-")
+    return None if name in ("-", "--") else name
+
+
+def managed_target(flag: str, managed: Mapping[str, str]) -> str | None:
+    """The managed flag ``flag`` sets: itself, or the one managed flag it abbreviates. (No flag
+    vLLM 0.32 or SGLang 0.5 knows under its own name is a prefix of a managed flag, so a prefix
+    is an abbreviation; one of several managed flags is ambiguous and the engine refuses it.)"""
+    if flag in managed:
+        return flag
+    expanded = [name for name in managed if name.startswith(flag)]
+    return expanded[0] if len(expanded) == 1 else None
 
 
 def resolve_executable(name: str) -> str | None:
@@ -127,6 +177,32 @@ def interpreter_of(command: Sequence[str]) -> list[str] | None:
     return None
 
 
+def run_in_interpreter(
+    command: Sequence[str],
+    snippet: str,
+    args: Sequence[str],
+    env: Mapping[str, str] | None,
+    timeout_s: float,
+) -> subprocess.CompletedProcess[str] | None:
+    """Run ``python -c snippet args`` in the interpreter ``command`` runs under, with ``env``
+    added as the engine will run; None when that interpreter is unknown, cannot start, or the
+    snippet outlives ``timeout_s``."""
+    interpreter = interpreter_of(command)
+    if interpreter is None:
+        return None
+    try:
+        return subprocess.run(
+            [*interpreter, "-c", snippet, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+            env={**os.environ, **(env or {})},
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
 def installed_version(
     command: Sequence[str],
     distributions: Sequence[str],
@@ -147,27 +223,18 @@ def installed_version(
             hint="install the engine, or give the engine command where it is installed, e.g. "
             "'/path/to/venv/bin/python -m vllm.entrypoints.openai.api_server'",
         )
-    interpreter = interpreter_of(command)
     unknown = InstalledVersion(distributions[0], "unknown")
-    if interpreter is None:
-        return unknown
-    try:
-        done = subprocess.run(
-            [*interpreter, "-c", _VERSION_SNIPPET, module, *distributions],
-            capture_output=True,
-            text=True,
-            timeout=VERSION_PROBE_TIMEOUT_S,
-            check=False,
-            env={**os.environ, **(env or {})},
-        )
-    except (OSError, subprocess.TimeoutExpired):
+    done = run_in_interpreter(
+        command, _VERSION_SNIPPET, [module, *distributions], env, VERSION_PROBE_TIMEOUT_S
+    )
+    if done is None:
         return unknown
     words = done.stdout.split()
     if done.returncode != 0 or len(words) != 2:
         return unknown
     if words == ["-", "missing"]:
         raise EngineError(
-            f"{' '.join(interpreter)} cannot import {module} "
+            f"{' '.join(done.args[: done.args.index('-c')])} cannot import {module} "
             f"(none of {', '.join(distributions)} is installed there)",
             field="engine_cmd",
             hint="give the engine command of the environment the engine is installed in",
@@ -180,7 +247,7 @@ def installed_version(
 def flag_error(error: EngineError, engine: str, version: str) -> EngineError:
     """Rename a start failure caused by a flag the engine does not know; else return it as is."""
     tail = error.log_tail
-    unknown = _UNRECOGNIZED.findall(tail)
+    unknown = _UNRECOGNIZED.findall(tail) or _CLICK_UNKNOWN.findall(tail)
     if unknown:
         flags = unknown[-1].strip()
         return EngineError(
@@ -189,7 +256,7 @@ def flag_error(error: EngineError, engine: str, version: str) -> EngineError:
             hint="upgrade the engine, or drop that flag (from the pass-through engine arguments "
             "or the option that sets it)",
         )
-    invalid = _INVALID_CHOICE.findall(tail)
+    invalid = _INVALID_CHOICE.findall(tail) or _CLICK_INVALID.findall(tail)
     if invalid:
         flag, why = invalid[-1]
         return EngineError(f"{engine} {version} rejected {flag}: {why.strip()}", log_tail=tail)

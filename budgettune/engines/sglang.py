@@ -1,14 +1,16 @@
 """The SGLang engine: ``python -m sglang.launch_server --model-path MODEL ...
 --chunked-prefill-size C`` (-1 without chunking) launched for one budget, with the radix
-(prefix) cache off by default and its metrics endpoint on. SGLang is not installed in CI: the
-command and lifecycle are tested against a stand-in server.
+(prefix) cache off by default and its metrics endpoint on. Proven on SGLang 0.5.23's CPU path by
+the `sglang` tests (scripts/install-sglang-cpu.sh); command and lifecycle edge cases against a
+stand-in server.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import shutil
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import httpx
 
@@ -22,10 +24,15 @@ from budgettune.engines.served import (
 
 MODULE = "sglang.launch_server"
 DISTRIBUTIONS = ("sglang",)
-# SGLang also caps one prefill batch by --max-prefill-tokens (default 16384); a budget above
-# it would be cut silently, so it is raised along with the budget.
+# SGLang bounds the prompt tokens of one prefill batch by the larger of --max-prefill-tokens
+# (default 16384) and the model's context length (its --max-prefill-tokens help, 0.5.23). A
+# budget above both (a short-context model, several prompts in one batch) would be cut silently,
+# so above 16384 the flag is raised along with the budget; below, it never binds.
 MAX_PREFILL_TOKENS_DEFAULT = 16384
 
+# With SGLang's aliases (sglang/srt/server_args.py in 0.5.3, arg_groups/fields/ in 0.5.23):
+# --model for --model-path, --tensor-parallel-size and --tp-size for one setting. Underscore
+# spellings, abbreviations (--tp) and --config are refused by check_passthrough.
 MANAGED_FLAGS = {
     "--host": "always the spec's host",
     "--port": "--port",
@@ -36,6 +43,7 @@ MANAGED_FLAGS = {
     "--context-length": "--max-model-len",
     "--disable-radix-cache": "--prefix-caching",
     "--tp-size": "--tensor-parallel-size",
+    "--tensor-parallel-size": "--tensor-parallel-size",
     "--tp": "--tensor-parallel-size",
     "--mem-fraction-static": "--gpu-memory-utilization",
     "--dtype": "--dtype",
@@ -81,14 +89,33 @@ def sglang_command(spec: LaunchSpec, port: int) -> list[str]:
     return cmd + list(spec.extra_args)
 
 
+# SGLang runs on a CPU only with this variable set (sglang/srt/utils/common.py is_cpu() and
+# srt/platforms/__init__.py, 0.5.23): with --device cpu alone, startup reaches model building and
+# fails importing vllm._custom_ops. So --device cpu brings it, unless the user set it.
+CPU_ENGINE_VAR = "SGLANG_USE_CPU_ENGINE"
+
+
+def asks_for_cpu(args: Sequence[str]) -> bool:
+    """Whether the pass-through arguments say ``--device cpu`` (or ``--device=cpu``)."""
+    pairs = itertools.pairwise([*args, ""])
+    return any(arg == "--device=cpu" or (arg, after) == ("--device", "cpu") for arg, after in pairs)
+
+
+# SGLang reports its version in its server info (it has no /version): /server_info since 0.5.x
+# deprecated /get_server_info (sglang/srt/entrypoints/http_server.py, 0.5.23), which older
+# releases (0.5.3) alone serve.
+SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
+
+
 async def server_info_version(url: str) -> str | None:
-    """SGLang reports its version in GET /get_server_info (it has no /version)."""
+    """The version SGLang reports in its server info, or None when it does not say."""
     try:
         async with httpx.AsyncClient(timeout=httpx.Timeout(10.0)) as client:
-            response = await client.get(f"{url}/get_server_info")
-            if response.status_code == 200:
-                value = response.json().get("version")
-                return str(value) if value else None
+            for path in SERVER_INFO_PATHS:
+                response = await client.get(f"{url}{path}")
+                if response.status_code == 200:
+                    value = response.json().get("version")
+                    return str(value) if value else None
     except (httpx.HTTPError, ValueError, AttributeError):
         pass
     return None
@@ -99,12 +126,16 @@ class SglangEngine:
 
     name = "sglang"
     health_path = "/health"
+    metrics_path = "/metrics"
 
     def command(self, spec: LaunchSpec, port: int) -> list[str]:
         return sglang_command(spec, port)
 
     def environment(self, spec: LaunchSpec) -> dict[str, str]:
-        return dict(spec.env)
+        env = dict(spec.env)
+        if asks_for_cpu(spec.extra_args):
+            env.setdefault(CPU_ENGINE_VAR, "1")
+        return env
 
     @contextlib.asynccontextmanager
     async def _launch(

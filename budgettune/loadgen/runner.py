@@ -1,7 +1,8 @@
 """Replay a :class:`~budgettune.trace.schedule.Schedule` against an OpenAI-compatible server:
-send each request at its target time, collect per-chunk timings, turn them into per-token
-records, stop early on demand (error rate, a caller's verdict, Ctrl-C), and self-check the
-load generator (achieved rate, send lag, merged chunks).
+send each request at its target time (open loop), or keep N requests in flight (closed loop,
+``concurrency``), collect per-chunk timings, turn them into per-token records, stop early on
+demand (error rate, a caller's verdict, Ctrl-C, a refused API key), and self-check the load
+generator (achieved rate, send lag, merged chunks).
 """
 
 from __future__ import annotations
@@ -19,14 +20,16 @@ import httpx
 import numpy as np
 import numpy.typing as npt
 
+from budgettune.core.auth import bearer_headers
 from budgettune.core.clock import sleep_until
-from budgettune.core.errors import SpecError
+from budgettune.core.errors import SpecError, UserError
 from budgettune.core.records import RequestRecord
 from budgettune.core.units import finite_or_none
 from budgettune.loadgen.client import (
+    Endpoint,
     StreamResult,
-    completion_body,
     completion_request,
+    request_body,
     stream_completion,
 )
 from budgettune.loadgen.selfcheck import LagStats, SelfCheck
@@ -47,16 +50,20 @@ PREFIX_SEED_SALT = 1_000_003
 # response"), seen in the real-vLLM tests with requests 3 s apart.
 KEEPALIVE_EXPIRY_S = 2.0
 
+UNAUTHORIZED = 401
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
 
 @dataclass(slots=True, frozen=True)
 class Target:
-    """Where to send: the server's base URL (no /v1) and the model id requests must name."""
+    """Where to send: the server's base URL (no /v1), the model id requests must name, and the
+    API key it demands (sent as ``Authorization: Bearer KEY``; None: no header)."""
 
     base_url: str
     model: str
+    api_key: str | None = field(default=None, repr=False)
+    metrics_path: str = "/metrics"  # the server's Prometheus text, scraped before and after
 
 
 @dataclass(slots=True, frozen=True)
@@ -64,7 +71,11 @@ class RunOptions:
     """How to replay. token ids are drawn uniformly from [token_id_low, token_id_high): small ids
     exist in every vocabulary. max_error_rate aborts once at least ``min_finished_for_abort``
     requests finished and the failed share exceeds it. warmup_requests marks the first requests
-    (in schedule order) so summaries can leave them out."""
+    (in schedule order) so summaries can leave them out. endpoint: completions (token-id
+    prompts) or chat. concurrency N: closed loop, N requests in flight and the next sent when
+    one finishes, the schedule's arrival times unused (None: open loop, each at its time).
+    continuous_usage asks the server for usage in every chunk (off: it adds server work;
+    tokens are counted from the stream and checked against the final usage)."""
 
     merged_chunks: str = "spread"
     max_error_rate: float | None = None
@@ -77,6 +88,9 @@ class RunOptions:
     warmup_requests: int = 0
     stream_usage: bool = True
     scrape_metrics: bool = True
+    endpoint: Endpoint = Endpoint.COMPLETIONS
+    concurrency: int | None = None
+    continuous_usage: bool = False
 
     def __post_init__(self) -> None:
         if self.merged_chunks not in MERGED_MODES:
@@ -91,6 +105,8 @@ class RunOptions:
             raise SpecError("token id range must satisfy 0 < low < high")
         if self.warmup_requests < 0:
             raise SpecError(f"must be zero or more, got {self.warmup_requests}", field="warmup")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise SpecError(f"must be 1 or more, got {self.concurrency}", field="concurrency")
 
 
 @dataclass(slots=True, repr=False)
@@ -101,9 +117,10 @@ class LiveRecord:
     http_status: int | None
     chunk_times_s: FloatArray
     chunk_tokens: IntArray
-    usage: dict[str, Any] | None = None
+    usage: dict[str, object] | None = None
     warmup: bool = False
     cancelled: bool = False  # cancelled by the caller (an early stop, Ctrl-C): not a failure
+    finished_s: float | None = None  # when its stream ended (last bytes, or the failure seen)
 
     def __repr__(self) -> str:
         # Short on purpose: asyncio formats the main task's result (with every record) when
@@ -116,6 +133,8 @@ class LiveRecord:
         they equal token_times_s and ones)."""
         data = self.record.to_json()
         data.update(http_status=self.http_status, usage=self.usage, warmup=self.warmup)
+        if self.finished_s is not None:
+            data["finished_s"] = round(self.finished_s, 7)
         if self.cancelled:  # written only when true: every other record keeps its keys
             data["cancelled"] = True
         if self.record.merged_chunks:
@@ -140,6 +159,7 @@ class LiveRecord:
             usage=data.get("usage"),
             warmup=bool(data.get("warmup", False)),
             cancelled=bool(data.get("cancelled", _legacy_cancelled(record))),
+            finished_s=None if data.get("finished_s") is None else float(data["finished_s"]),
         )
 
 
@@ -174,6 +194,9 @@ class RunOutcome:
     stop_reason: str | None = None  # the sentence (results.json's incomplete_reason)
     stopped_by: StopReason | None = None  # the same, as a field
     merged_chunks_mode: str = "spread"
+    concurrency: int | None = None  # closed loop with this many in flight (None: open loop)
+    client_cpu_share: float | None = None  # this process's CPU time over the run / its wall
+    continuous_usage: bool = False  # chunks carried usage: a merged chunk's tokens were known
     server_before: ServerSnapshot | None = None
     server_after: ServerSnapshot | None = None
     # Per sent request (schedule order), how late the timer that released its bytes woke: the
@@ -220,6 +243,8 @@ class RunOutcome:
             complete=self.complete,
             stop_reason=self.stop_reason,
             duration_s=round(self.duration_s, 4),
+            concurrency=self.concurrency,
+            client_cpu_share=finite_or_none(self.client_cpu_share, digits=3),
         )
 
 
@@ -293,7 +318,12 @@ def _late_s(send_at: SendTime) -> float:
 
 
 def _to_live(
-    index: int, schedule: Schedule, result: StreamResult, start_ns: int, options: RunOptions
+    index: int,
+    schedule: Schedule,
+    result: StreamResult,
+    start_ns: int,
+    options: RunOptions,
+    target_s: float,
 ) -> LiveRecord:
     chunk_s = (np.asarray(result.chunk_ns, dtype=np.int64) - start_ns) / 1e9
     chunk_tokens = np.asarray(result.chunk_tokens, dtype=np.int64)
@@ -301,7 +331,7 @@ def _to_live(
         request_id=index,
         prompt_tokens=int(schedule.prompt_tokens[index]),
         output_tokens=int(schedule.output_tokens[index]),
-        target_s=float(schedule.target_s[index] - schedule.target_s[0]),
+        target_s=target_s,
         sent_s=(result.sent_ns - start_ns) / 1e9,
         token_times_s=token_times_s(chunk_s, chunk_tokens, options.merged_chunks),
         error=result.error,
@@ -315,6 +345,7 @@ def _to_live(
         usage=result.usage,
         warmup=index < options.warmup_requests,
         cancelled=result.cancelled,
+        finished_s=None if result.finished_ns is None else (result.finished_ns - start_ns) / 1e9,
     )
 
 
@@ -326,17 +357,21 @@ async def run_schedule(
     on_progress: Callable[[RunProgress], None] | None = None,
     stop_rule: StopRule | None = None,
 ) -> RunOutcome:
-    """Send every request of ``schedule`` at its target time and collect the records.
+    """Send every request of ``schedule`` at its target time (or, with ``options.concurrency``,
+    as soon as one of that many slots is free) and collect the records.
 
-    Times in the records are seconds from the run start (target 0 = start + 50 ms lead). Stops
-    early when ``options.max_error_rate`` or ``stop_rule`` says so, or when this task is
-    cancelled (Ctrl-C): in-flight requests are then cancelled and recorded as failed, unsent
-    ones are left out, and the outcome is marked incomplete. Never raises for failed requests.
+    Times in the records are seconds from the run start (target 0 = start + 50 ms lead; in a
+    closed loop a request's target is when its slot freed). Stops early when
+    ``options.max_error_rate`` or ``stop_rule`` says so, or when this task is cancelled
+    (Ctrl-C): in-flight requests are then cancelled and recorded as failed, unsent ones are
+    left out, and the outcome is marked incomplete. Never raises for failed requests, except
+    that a 401 (the server wants another API key) stops the run and raises UserError (field
+    ``api_key``).
     """
     rules: list[StopRule] = [stop_rule] if stop_rule else []
     if options.max_error_rate is not None:
         rules.insert(0, error_rate_rule(options.max_error_rate, options.min_finished_for_abort))
-    url = f"{target.base_url.rstrip('/')}/v1/completions"
+    url = f"{target.base_url.rstrip('/')}{options.endpoint.path}"
     limits = httpx.Limits(
         max_connections=None, max_keepalive_connections=None, keepalive_expiry=KEEPALIVE_EXPIRY_S
     )
@@ -349,12 +384,22 @@ async def run_schedule(
     stopped = asyncio.Event()
     failed = 0
     send_times: dict[int, SendTime] = {}
+    closed_loop = options.concurrency is not None
+    slots = asyncio.Semaphore(options.concurrency or 1)  # closed loop only
+    unauthorized: str | None = None
 
-    async with async_client(target.base_url, limits=limits, timeout=timeout) as client:
-        before = await scrape(client, target.base_url) if options.scrape_metrics else None
+    async with async_client(
+        target.base_url, limits=limits, timeout=timeout, headers=bearer_headers(target.api_key)
+    ) as client:
+        before = (
+            await scrape(client, target.base_url, target.metrics_path)
+            if options.scrape_metrics
+            else None
+        )
         start_ns = time.monotonic_ns() + int(START_LEAD_S * 1e9)
         start_s = start_ns / 1e9
         last_done_s = start_s
+        cpu_started_s = time.process_time()
 
         def report() -> None:
             if on_progress is not None:
@@ -366,8 +411,10 @@ async def run_schedule(
                 )  # fmt: skip
 
         def on_done(index: int, task: asyncio.Task[StreamResult]) -> None:
-            nonlocal failed, stop, last_done_s
+            nonlocal failed, stop, last_done_s, unauthorized
             in_flight.pop(index, None)
+            if closed_loop:
+                slots.release()
             held = send_times[index].late_s is None
             if held and (task.cancelled() or task.result().cancelled):
                 # Stopped while it waited out its lead time (a task cancelled before it began
@@ -375,11 +422,19 @@ async def run_schedule(
                 report()
                 return
             result = task.result()
-            live = _to_live(index, schedule, result, start_ns, options)
+            target_s = (
+                (send_times[index].due_ns - start_ns) / 1e9  # when its slot freed
+                if closed_loop
+                else float(offsets_s[index])
+            )
+            live = _to_live(index, schedule, result, start_ns, options, target_s)
             finished[index] = live
             failed += not live.record.ok
             last_done_s = time.monotonic()
             report()
+            if result.http_status == UNAUTHORIZED and unauthorized is None:
+                unauthorized = result.error or "http 401"
+                stopped.set()
             if stop is None:
                 done = list(finished.values())
                 for rule in rules:
@@ -396,15 +451,22 @@ async def run_schedule(
                 request = completion_request(
                     client,
                     url,
-                    completion_body(
+                    request_body(
+                        options.endpoint,
                         target.model,
                         prompt_ids(schedule, index, options),
                         int(schedule.output_tokens[index]),
                         stream_usage=options.stream_usage,
+                        continuous_usage=options.continuous_usage,
                     ),
                 )
-                due_ns = start_ns + int(float(offsets_s[index]) * 1e9)
-                await sleep_until(due_ns / 1e9 - PREPARE_LEAD_S)
+                if closed_loop:  # sent as soon as a slot is free (from the start, at the most)
+                    await sleep_until(start_s)
+                    await slots.acquire()
+                    due_ns = max(time.monotonic_ns(), start_ns)
+                else:
+                    due_ns = start_ns + int(float(offsets_s[index]) * 1e9)
+                    await sleep_until(due_ns / 1e9 - PREPARE_LEAD_S)
                 if stopped.is_set():
                     return
                 # Started early, held at its socket until due_ns (transport.SEND_AT).
@@ -436,19 +498,30 @@ async def run_schedule(
                 task.cancel()
             await asyncio.gather(sender, *in_flight.values(), return_exceptions=True)
             await asyncio.sleep(0)  # let the done callbacks record the cancelled requests
+        if unauthorized is not None:
+            raise UserError(
+                f"the server refused the requests ({unauthorized})",
+                field="api_key",
+                hint="give the key the server expects (vllm serve --api-key) with --api-key, or "
+                "in VLLM_API_KEY or OPENAI_API_KEY",
+            )
+        cpu_s, wall_s = time.process_time() - cpu_started_s, time.monotonic() - start_s
         after = None
         if options.scrape_metrics and not interrupted:
-            after = await scrape(client, target.base_url)
+            after = await scrape(client, target.base_url, target.metrics_path)
     records = [finished[i] for i in sorted(finished)]
     return RunOutcome(
         records=records,
         scheduled=n,
-        target_rate_per_s=schedule.rate_per_s,
+        target_rate_per_s=math.nan if closed_loop else schedule.rate_per_s,
         duration_s=max(0.0, last_done_s - start_s),
         complete=stop is None and len(records) == n,
         stop_reason=None if stop is None else stop.message,
         stopped_by=None if stop is None else stop.reason,
         merged_chunks_mode=options.merged_chunks,
+        concurrency=options.concurrency,
+        continuous_usage=options.continuous_usage,
+        client_cpu_share=cpu_s / wall_s if wall_s > 0 else None,
         server_before=before,
         server_after=after,
         wake_late_s=np.array([_late_s(send_times[live.record.request_id]) for live in records]),

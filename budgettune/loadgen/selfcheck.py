@@ -6,6 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The client's health, one rule for every command that measures (replay, sweep): past any of
+# these the latencies it measured include its own delay, and a sweep replays the budget again.
+LAG_WARN_MS = 5.0  # send lag p99: requests left this late
+RATE_TOLERANCE = 0.02  # achieved open-loop send rate off the schedule's by more than this
+CPU_SATURATED_SHARE = 0.9  # the client's process busy this share of the run's wall time
+
 
 @dataclass(slots=True, frozen=True)
 class LagStats:
@@ -23,7 +29,9 @@ class LagStats:
 class SelfCheck:
     """Achieved vs target rate; send lag (request on the socket - its target time) and, within
     it, the timer's own lateness (the machine's share); stream chunks that carried several
-    tokens (``merged_chunks_warning``: more than the share the TBT figures tolerate)."""
+    tokens (``merged_chunks_warning``: more than the share the TBT figures tolerate).
+    ``concurrency``: the closed loop's requests in flight (no target rate then; a request's
+    target is when its slot freed), None for an open-loop replay."""
 
     scheduled: int
     sent: int
@@ -39,6 +47,40 @@ class SelfCheck:
     complete: bool
     stop_reason: str | None
     duration_s: float
+    concurrency: int | None = None
+    client_cpu_share: float | None = None  # the client process's CPU time / the run's wall time
+
+    def health_warnings(self) -> tuple[str, ...]:
+        """What was wrong with the load generator itself during the run, one sentence each
+        (empty: healthy): requests sent late, the send rate off the schedule's (open loop,
+        whole runs), the client's CPU saturated."""
+        found = []
+        lag_p99 = self.send_lag.p99_ms
+        if lag_p99 is not None and lag_p99 > LAG_WARN_MS:
+            timer_p99 = self.timer_lateness.p99_ms or 0.0
+            found.append(
+                f"requests went out late (send lag p99 {lag_p99:.1f} ms, of which the timer "
+                f"itself woke {timer_p99:.1f} ms late): this machine is busy"
+            )
+        target, achieved = self.target_rate_per_s, self.achieved_rate_per_s
+        if (
+            self.concurrency is None
+            and self.complete
+            and target
+            and achieved is not None
+            and abs(achieved / target - 1.0) > RATE_TOLERANCE
+        ):
+            found.append(
+                f"the load generator sent {achieved:.3g} req/s against the schedule's "
+                f"{target:.3g} ({achieved / target - 1.0:+.1%})"
+            )
+        share = self.client_cpu_share
+        if share is not None and share > CPU_SATURATED_SHARE:
+            found.append(
+                f"the load generator's CPU was saturated ({share:.0%} of a core over the run): "
+                "its timings include its own queueing"
+            )
+        return tuple(found)
 
     def to_json(self) -> dict[str, object]:
         """The ``selfcheck`` record of results.json and points.jsonl (key names as written since
@@ -58,4 +100,7 @@ class SelfCheck:
             "complete": self.complete,
             "stop_reason": self.stop_reason,
             "duration_s": self.duration_s,
+            "concurrency": self.concurrency,
+            "client_cpu_share": self.client_cpu_share,
+            "client_warnings": list(self.health_warnings()),
         }

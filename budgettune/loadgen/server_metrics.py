@@ -1,31 +1,62 @@
-"""Scrape a server's Prometheus ``/metrics`` (vLLM names) before and after a run and estimate its
-own TTFT and inter-token-latency percentiles from the histogram difference, for the self-check.
+"""Scrape a server's Prometheus ``/metrics`` (vLLM's, SGLang's or TensorRT-LLM's names) before
+and after a run and estimate its own TTFT and inter-token-latency percentiles from the histogram
+difference, for the self-check.
 
 Percentiles come from bucket counts by linear interpolation inside the bucket (as Prometheus'
 ``histogram_quantile``), so they are only as fine as the buckets: vLLM's ITL buckets start at
-10 ms. The sim engine's ``budgettune:inter_token_latency_seconds`` (0.5 ms buckets) is preferred.
+10 ms, SGLang's at 2 ms. The sim engine's ``budgettune:inter_token_latency_seconds`` (0.5 ms
+buckets) is preferred.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
-TTFT_METRIC = "vllm:time_to_first_token_seconds"
+# Each figure under the names the engines export it, the first one a scrape has wins. SGLang's
+# names are those of sglang/srt/metrics/collector.py (TokenizerMetricsCollector and, for
+# retractions, SchedulerMetricsCollector).
+TTFT_METRICS = (
+    "vllm:time_to_first_token_seconds",
+    "sglang:time_to_first_token_seconds",
+    "trtllm_time_to_first_token_seconds",
+)
 ITL_METRICS = (
     "budgettune:inter_token_latency_seconds",
     "vllm:inter_token_latency_seconds",
     "vllm:time_per_output_token_seconds",  # vLLM before v0.10 named the same histogram so
+    "sglang:inter_token_latency_seconds",
 )
+# TensorRT-LLM (tensorrt_llm/metrics/collector.py, at /prometheus/metrics with
+# return_perf_metrics) exports trtllm_time_per_output_token_seconds, one sample per request (its
+# TPOT), and no inter-token histogram: it is not read as ITL.
 LATENESS_METRIC = "budgettune:iteration_lateness_seconds"  # the sim engine's loop timing
-COUNTERS = (
-    "vllm:num_preemptions_total",
-    "vllm:generation_tokens_total",
-    "vllm:prompt_tokens_total",
-)
+# The ``selfcheck.server`` key of each counter -> its names. SGLang retracts a running request
+# when the KV cache runs out, where vLLM preempts one: the same event under another name.
+COUNTERS: Mapping[str, tuple[str, ...]] = {
+    "num_preemptions_total": ("vllm:num_preemptions_total", "sglang:num_retracted_requests_total"),
+    "generation_tokens_total": (
+        "vllm:generation_tokens_total",
+        "sglang:generation_tokens_total",
+        "trtllm_generation_tokens_total",
+    ),
+    "prompt_tokens_total": (
+        "vllm:prompt_tokens_total",
+        "sglang:prompt_tokens_total",
+        "trtllm_prompt_tokens_total",
+    ),
+    # Finished requests (vLLM, TensorRT-LLM: by finished_reason, summed here).
+    "requests_total": (
+        "vllm:request_success_total",
+        "sglang:num_requests_total",
+        "trtllm_request_success_total",
+    ),
+}
 
 
 @dataclass(slots=True, frozen=True)
@@ -73,31 +104,28 @@ class ServerSnapshot:
 
 
 def parse_prometheus(text: str) -> ServerSnapshot:
-    """Parse Prometheus text exposition; histograms by family name, other samples summed."""
+    """Parse Prometheus text exposition (version 0.0.4, through ``prometheus_client.parser``):
+    histograms by family name from their ``_bucket`` (by the ``le`` label), ``_sum`` and
+    ``_count`` samples; every other sample summed by its name over label sets. Timestamps are
+    ignored. Raises ValueError for text that is not valid exposition."""
     buckets: dict[str, dict[float, float]] = {}
     sums: dict[str, float] = {}
     counts: dict[str, float] = {}
     counters: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        name_part, _, value_text = line.rpartition(" ")
-        try:
-            value = float(value_text)
-        except ValueError:
-            continue
-        name, _, labels = name_part.partition("{")
-        if name.endswith("_bucket"):
-            le = _label(labels, "le")
-            if le is None:
-                continue
-            bound = math.inf if le == "+Inf" else float(le)
-            family = buckets.setdefault(name[: -len("_bucket")], {})
+    for sample in _samples(text):
+        name, value = sample.name, float(sample.value)
+        # By sample name, not family type: a scrape without "# TYPE" lines has only
+        # "unknown" families, one per sample name.
+        if name.endswith("_bucket") and "le" in sample.labels:
+            bound = float(sample.labels["le"])  # "+Inf" -> inf
+            family = buckets.setdefault(name.removesuffix("_bucket"), {})
             family[bound] = family.get(bound, 0.0) + value
         elif name.endswith("_sum"):
-            sums[name[:-4]] = sums.get(name[:-4], 0.0) + value
+            key = name.removesuffix("_sum")
+            sums[key] = sums.get(key, 0.0) + value
         elif name.endswith("_count"):
-            counts[name[:-6]] = counts.get(name[:-6], 0.0) + value
+            key = name.removesuffix("_count")
+            counts[key] = counts.get(key, 0.0) + value
         else:
             counters[name] = counters.get(name, 0.0) + value
     histograms = {
@@ -112,24 +140,33 @@ def parse_prometheus(text: str) -> ServerSnapshot:
     return ServerSnapshot(histograms, counters)
 
 
-def _label(labels: str, key: str) -> str | None:
-    marker = f'{key}="'
-    start = labels.find(marker)
-    if start < 0:
-        return None
-    start += len(marker)
-    return labels[start : labels.find('"', start)]
+def sample_labels(text: str, name: str) -> dict[str, str] | None:
+    """The labels (unescaped) of the first sample called ``name`` in Prometheus text, e.g. an
+    info gauge such as ``vllm:cache_config_info``; None when there is none. Raises ValueError
+    for text that is not valid exposition."""
+    return next((dict(s.labels) for s in _samples(text) if s.name == name), None)
 
 
-async def scrape(client: httpx.AsyncClient, base_url: str) -> ServerSnapshot | None:
-    """GET /metrics; None when the server does not expose it (not an error)."""
+def _samples(text: str) -> Iterator[Sample]:
+    for family in text_string_to_metric_families(text):
+        yield from family.samples
+
+
+async def scrape(
+    client: httpx.AsyncClient, base_url: str, path: str = "/metrics"
+) -> ServerSnapshot | None:
+    """GET ``path`` (/metrics; TensorRT-LLM's /prometheus/metrics); None when the server does not
+    expose it or its text does not parse (not an error: the self-check is then empty)."""
     try:
-        response = await client.get(f"{base_url.rstrip('/')}/metrics", timeout=5.0)
+        response = await client.get(f"{base_url.rstrip('/')}{path}", timeout=5.0)
     except httpx.HTTPError:
         return None
     if response.status_code != 200:
         return None
-    return parse_prometheus(response.text)
+    try:
+        return parse_prometheus(response.text)
+    except ValueError:
+        return None
 
 
 @dataclass(slots=True, frozen=True)
@@ -171,7 +208,7 @@ class HistogramSummary:
 class ServerSide:
     """The server's own figures over a run: TTFT, inter-token latency and (the sim engine's)
     loop lateness, each None when the server does not export it, and the increase of the
-    :data:`COUNTERS` it exports (named without the ``vllm:`` prefix)."""
+    :data:`COUNTERS` it exports (under their engine-neutral keys)."""
 
     ttft: HistogramSummary | None = None
     itl: HistogramSummary | None = None
@@ -192,7 +229,8 @@ class ServerSide:
 
 def server_side(before: ServerSnapshot | None, after: ServerSnapshot | None) -> ServerSide:
     """The server's own TTFT and ITL over the run (after - before), bucket-estimated, and the
-    counters' increase. Empty when the server exposes no metrics."""
+    counters' increase, each under the first of its names (vLLM's, SGLang's) the server
+    exports. Empty when the server exposes no metrics."""
     if after is None:
         return ServerSide()
 
@@ -203,12 +241,18 @@ def server_side(before: ServerSnapshot | None, after: ServerSnapshot | None) -> 
         then = before.histograms.get(name) if before is not None else None
         return HistogramSummary.of(now.minus(then) if then is not None else now, name)
 
-    itl = next((s for s in map(delta, ITL_METRICS) if s is not None), None)
+    def first(names: tuple[str, ...]) -> HistogramSummary | None:
+        return next((s for s in map(delta, names) if s is not None), None)
+
     counters: dict[str, float] = {}
-    for name in COUNTERS:
-        if name in after.counters:
+    for key, names in COUNTERS.items():
+        name = next((n for n in names if n in after.counters), None)
+        if name is not None:
             base = before.counters.get(name, 0.0) if before is not None else 0.0
-            counters[name.removeprefix("vllm:")] = after.counters[name] - base
+            counters[key] = after.counters[name] - base
     return ServerSide(
-        ttft=delta(TTFT_METRIC), itl=itl, loop_lateness=delta(LATENESS_METRIC), counters=counters
+        ttft=first(TTFT_METRICS),
+        itl=first(ITL_METRICS),
+        loop_lateness=delta(LATENESS_METRIC),
+        counters=counters,
     )

@@ -22,7 +22,7 @@ import socket
 import ssl
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -211,9 +211,14 @@ class TimestampedBackend(httpcore.AsyncNetworkBackend):
 
 
 def async_client(
-    base_url: str, *, limits: httpx.Limits, timeout: httpx.Timeout
+    base_url: str,
+    *,
+    limits: httpx.Limits,
+    timeout: httpx.Timeout,
+    headers: Mapping[str, str] | None = None,
 ) -> httpx.AsyncClient:
-    """An AsyncClient whose plain-http connections use :class:`TimestampedBackend`."""
+    """An AsyncClient whose plain-http connections use :class:`TimestampedBackend`; ``headers``
+    (an API key's Authorization) go with every request it sends."""
     transport = httpx.AsyncHTTPTransport(limits=limits)
     if base_url.startswith("http://") and hasattr(transport, "_pool"):
         # httpx has no public hook for the network backend; its pool is built from the same
@@ -224,7 +229,9 @@ def async_client(
             keepalive_expiry=limits.keepalive_expiry,
             network_backend=TimestampedBackend(),
         )
-    return httpx.AsyncClient(transport=transport, timeout=timeout, limits=limits)
+    return httpx.AsyncClient(
+        transport=transport, timeout=timeout, limits=limits, headers=dict(headers or {})
+    )
 
 
 def request_sent_ns(response: httpx.Response) -> int | None:

@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from budgettune.core.errors import SpecError
 from budgettune.model.stepmodel import StepModel
+
+# Iterations one chunked prefill is timed over: the cost is one step per iteration, so a
+# 10^20-token prompt in 128-token chunks is refused instead of computed for hours.
+MAX_ITERATIONS = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,14 +42,23 @@ def chunked_prefill(
     """
     if prompt_tokens <= 0 or chunk_tokens <= 0:
         raise ValueError("prompt_tokens and chunk_tokens must be positive")
+    iterations = -(-prompt_tokens // chunk_tokens)
+    if iterations > MAX_ITERATIONS:
+        raise SpecError(
+            f"{prompt_tokens:,} tokens in chunks of {chunk_tokens:,} are {iterations:,} "
+            f"iterations; roofline times at most {MAX_ITERATIONS:,} (a larger chunk, or a "
+            "shorter --prompt)",
+            field="chunk_sizes",
+        )
     steps: list[float] = []
-    offset = 0
-    while offset < prompt_tokens:
+    for k in range(iterations):  # one step from its aggregates: no list per decode
+        offset = k * chunk_tokens
         n = min(chunk_tokens, prompt_tokens - offset)
-        context = context_tokens + len(steps)
-        steps.append(model.iteration_time_s([(n, offset)], [context] * decodes))
-        offset += n
-    one_shot_s = model.iteration_time_s([(prompt_tokens, 0)], [context_tokens] * decodes)
+        pairs = n * offset + n * n / 2.0
+        steps.append(model.step_time_s(n, pairs, offset, decodes, decodes * (context_tokens + k)))
+    prompt = float(prompt_tokens)
+    one_shot_s = model.step_time_s(prompt, prompt * prompt / 2.0, 0, decodes,
+                                   decodes * context_tokens)  # fmt: skip
     total_s = sum(steps)
     return ChunkedPrefill(
         chunk_tokens=chunk_tokens,

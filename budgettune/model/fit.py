@@ -1,6 +1,7 @@
-"""The step-time model fit over a profile's probes: t0, achievable FLOP/s and bandwidth and the
-overlap variant, by robust weighted least squares of relative errors over all three series
-(iteration times span three orders of magnitude). The prefill knee is in :mod:`.ridge`.
+"""The step-time model fit over a profile's probes: t0, achievable FLOP/s, weight and KV-cache
+bandwidth, the knee's sharpness and the overlap variant, by robust weighted least squares of
+relative errors over all three series (iteration times span three orders of magnitude). The
+prefill knee is in :mod:`.ridge`.
 """
 
 from __future__ import annotations
@@ -14,20 +15,33 @@ import numpy as np
 import numpy.typing as npt
 from scipy import optimize
 
+from budgettune.model.probe_work import (
+    MIN_REL_SIGMA,
+    FloatArray,
+    ShapeConstants,
+    Work,
+    model_errors,
+    model_predict_s,
+    predict_s,
+    probe_work,
+    relative_sigma,
+)
 from budgettune.model.profile import Probe, SeriesError, StepFit
 from budgettune.model.ridge import fit_ridge
 from budgettune.model.stepmodel import MODES, StepModel
 
-FloatArray = npt.NDArray[np.float64]
-
-# fit_ridge moved to .ridge; importing it from here keeps working for earlier callers.
+# fit_ridge moved to .ridge and the probes' work to .probe_work; importing them from here keeps
+# working for earlier callers.
 __all__ = [
     "ShapeConstants",
     "Work",
     "fit_ridge",
     "fit_step_model",
     "holdout_mask",
+    "model_errors",
+    "model_predict_s",
     "predict_s",
+    "preset_figures",
     "probe_work",
     "relative_sigma",
     "series_errors",
@@ -36,112 +50,12 @@ __all__ = [
 # Step fit: residuals are relative errors over each probe's own uncertainty (quiet probes weigh
 # more than noisy ones); beyond ROBUST_SCALE of those units they count linearly, not squared.
 ROBUST_SCALE = 3.0
-DEFAULT_REL_SIGMA = 0.02
-MIN_REL_SIGMA = 0.003
 MODE_MARGIN = 0.05  # one variant must fit 5% better (robust objective) to be preferred
-# The per-sequence decode cost is kept only if it cuts the robust misfit by a quarter: on a GPU
-# (or the sim engine) it is noise, and a free parameter must not trade off against B.
+# The per-sequence cost is kept only if it cuts the robust misfit by a quarter: on a GPU (or the
+# sim engine) it is noise, and a free parameter must not trade off against B.
 PER_SEQ_MARGIN = 0.25
-
-
-@dataclass(slots=True, frozen=True)
-class ShapeConstants:
-    """The model-side constants of the step-time model (known, never fitted)."""
-
-    params: float
-    weight_bytes: float
-    kv_bytes_per_token: float
-    attention_flops_per_pair: float
-
-    @classmethod
-    def of(cls, model: StepModel) -> ShapeConstants:
-        return cls(
-            model.params,
-            model.weight_bytes,
-            model.kv_bytes_per_token,
-            model.attention_flops_per_pair,
-        )
-
-    @property
-    def attention_ratio(self) -> float:
-        """q in effective tokens x = P + q P^2: a prompt's FLOPs are 2N x (attention included)."""
-        return self.attention_flops_per_pair / (4.0 * self.params)
-
-
-@dataclass(slots=True, frozen=True)
-class Work:
-    """Per probe: FLOPs, weight + prompt-prefix bytes, decode KV bytes, the measured median and
-    the relative uncertainty of that median (its weight in the fit)."""
-
-    series: tuple[str, ...]
-    flops: FloatArray
-    weight_bytes: FloatArray
-    decode_kv_bytes: FloatArray
-    time_s: FloatArray
-    rel_sigma: FloatArray
-    prompt_tokens: FloatArray
-    decodes: FloatArray
-
-    def subset(self, mask: npt.NDArray[np.bool_]) -> Work:
-        return Work(
-            tuple(s for s, keep in zip(self.series, mask, strict=True) if keep),
-            self.flops[mask],
-            self.weight_bytes[mask],
-            self.decode_kv_bytes[mask],
-            self.time_s[mask],
-            self.rel_sigma[mask],
-            self.prompt_tokens[mask],
-            self.decodes[mask],
-        )
-
-
-def relative_sigma(times_s: Sequence[float]) -> float:
-    """Relative standard error of a probe's median from the spread of its repeats (scaled MAD
-    over sqrt(n)), floored; probes with fewer than 3 repeats get the default."""
-    if len(times_s) < 3:
-        return DEFAULT_REL_SIGMA
-    values = np.asarray(times_s, dtype=np.float64)
-    median = float(np.median(values))
-    if median <= 0:
-        return DEFAULT_REL_SIGMA
-    mad = 1.4826 * float(np.median(np.abs(values - median)))
-    return max(mad / median / math.sqrt(len(values)), MIN_REL_SIGMA)
-
-
-def probe_work(probes: Sequence[Probe], shape: ShapeConstants) -> Work:
-    """The work of each probe's iteration: one prompt chunk at offset 0 and b decodes at L."""
-    used = [p for p in probes if p.tag != "tile" and p.times_s and p.median_s > 0]
-    prompt = np.array([p.prompt_tokens for p in used], dtype=np.float64)
-    batch = np.array([p.batch for p in used], dtype=np.float64)
-    context = np.array([p.context_tokens for p in used], dtype=np.float64)
-    pairs = prompt * prompt / 2.0 + batch * context
-    return Work(
-        series=tuple(p.series for p in used),
-        flops=2.0 * shape.params * (prompt + batch) + shape.attention_flops_per_pair * pairs,
-        weight_bytes=np.full(len(used), shape.weight_bytes),
-        decode_kv_bytes=shape.kv_bytes_per_token * batch * context,
-        time_s=np.array([p.median_s for p in used], dtype=np.float64),
-        rel_sigma=np.array([relative_sigma(p.times_s) for p in used], dtype=np.float64),
-        prompt_tokens=prompt,
-        decodes=batch,
-    )
-
-
-def predict_s(
-    work: Work,
-    flops_per_s: float,
-    bytes_per_s: float,
-    overhead_s: float,
-    mode: str,
-    overhead_per_seq_s: float = 0.0,
-) -> FloatArray:
-    """Vectorised :meth:`StepModel.step_time_s` over the probes of ``work``."""
-    compute = work.flops / flops_per_s
-    fixed = overhead_s + overhead_per_seq_s * work.decodes
-    if mode == "serialized":
-        memory = work.weight_bytes / bytes_per_s
-        return fixed + np.maximum(compute, memory) + work.decode_kv_bytes / bytes_per_s
-    return fixed + np.maximum(compute, (work.weight_bytes + work.decode_kv_bytes) / bytes_per_s)
+MAX_SHARPNESS = 64.0  # p of the soft roofline: at 64 it is a hard max to 1.1% at the ridge
+_T0_HELD_S = 1e-9  # t0's bound when it is known to be zero (a bound must sit above zero)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -158,6 +72,8 @@ class _Solution:
     request_overhead_s_per_token: float
     cost: float  # the robust objective over the weighted relative residuals
     overhead_per_seq_s: float = 0.0
+    kv_bytes_per_s: float | None = None  # None: the weights' bandwidth
+    sharpness: float = math.inf
 
     def extra_s(self, work: Work, mask: npt.NDArray[np.bool_]) -> FloatArray:
         """The request overhead of the probes in ``mask`` (zero elsewhere)."""
@@ -172,23 +88,61 @@ class _Solution:
             self.overhead_s,
             self.mode,
             self.overhead_per_seq_s,
+            kv_bytes_per_s=self.kv_bytes_per_s,
+            sharpness=self.sharpness,
         )
         return step + self.extra_s(work, mask)
 
 
+@dataclass(slots=True, frozen=True)
+class _Layout:
+    """Where each parameter sits in the solver's vector: log F, log B, t0 always; then, as
+    asked, log B_kv, log p, the request overhead (fixed, per token) and the per-sequence cost."""
+
+    kv: int | None
+    soft: int | None
+    offset: int | None
+    per_seq: int | None
+    size: int
+
+    @classmethod
+    def of(cls, *, kv: bool, soft: bool, offset: bool, per_seq: bool) -> _Layout:
+        at = 3
+        slots: dict[str, int | None] = {}
+        for name, wanted, width in (
+            ("kv", kv, 1),
+            ("soft", soft, 1),
+            ("offset", offset, 2),
+            ("per_seq", per_seq, 1),
+        ):
+            slots[name] = at if wanted else None
+            at += width if wanted else 0
+        return cls(size=at, **slots)
+
+
 def _solve(
-    work: Work, mode: str, offset_mask: npt.NDArray[np.bool_], *, per_seq: bool = False
+    work: Work,
+    mode: str,
+    offset_mask: npt.NDArray[np.bool_],
+    *,
+    per_seq: bool = False,
+    kv: bool = False,
+    soft: bool = False,
+    t0_known: bool = False,
 ) -> _Solution:
     """Robust weighted least squares of relative residuals (each over its probe's uncertainty;
     soft L1 beyond ROBUST_SCALE, so one disturbed probe cannot pull the fit) from several
-    starts; the best solution wins. per_seq: also fit a cost per decode sequence (the last
-    parameter)."""
+    starts; the best solution wins. per_seq: also fit a cost per sequence; kv: a KV-cache
+    bandwidth of its own; soft: the sharpness of the soft roofline (else a hard max);
+    t0_known: the times hold no CPU time (a database's), so t0 is held at zero."""
     y = work.time_s
     sigma = work.rel_sigma
     total_bytes = work.weight_bytes + work.decode_kv_bytes
     # y >= flops / F and y >= bytes / B, so these are lower bounds on F and B.
     f_low = float(np.max(work.flops / y))
     b_low = float(np.max(total_bytes / y))
+    kv_low = float(np.max(work.decode_kv_bytes / y))
+    kv = kv and kv_low > 0
     has_offset = bool(offset_mask.any())
     y_min = float(np.min(y[~offset_mask])) if (~offset_mask).any() else float(np.min(y))
 
@@ -196,46 +150,72 @@ def _solve(
     # server parses, checks and hands over the prompt's token ids before scheduling it).
     per_token_high = float(np.max(y)) / max(float(np.max(work.prompt_tokens)), 1.0)
     per_seq = per_seq and bool((work.decodes > 0).any())
-    # A decode cannot cost more than the slowest probe with decodes over its batch.
-    per_seq_high = float(np.max(y / np.maximum(work.decodes, 1.0))) if per_seq else 0.0
+    # A sequence cannot cost more than the slowest probe with decodes over its batch.
+    per_seq_high = float(np.max(y / np.maximum(work.sequences, 1.0))) if per_seq else 0.0
+    at = _Layout.of(kv=kv, soft=soft, offset=has_offset, per_seq=per_seq)
+
+    def unpack(theta: FloatArray) -> tuple[float, float, float, float, float]:
+        """(B_kv or 0, p, offset fixed, offset per token, per sequence) of ``theta``."""
+        return (
+            math.exp(theta[at.kv]) if at.kv is not None else 0.0,
+            math.exp(theta[at.soft]) if at.soft is not None else math.inf,
+            theta[at.offset] if at.offset is not None else 0.0,
+            theta[at.offset + 1] if at.offset is not None else 0.0,
+            theta[at.per_seq] if at.per_seq is not None else 0.0,
+        )
 
     def residuals(theta: FloatArray) -> FloatArray:
-        extra = theta[-1] if per_seq else 0.0
-        pred = predict_s(work, math.exp(theta[0]), math.exp(theta[1]), theta[2], mode, extra)
+        kv_bw, p, fixed, per_token, seq = unpack(theta)
+        pred = predict_s(
+            work,
+            math.exp(theta[0]),
+            math.exp(theta[1]),
+            theta[2],
+            mode,
+            seq,
+            kv_bytes_per_s=kv_bw or None,
+            sharpness=p,
+        )
         if has_offset:
-            pred = pred + (theta[3] + theta[4] * work.prompt_tokens) * offset_mask
+            pred = pred + (fixed + per_token * work.prompt_tokens) * offset_mask
         return (pred - y) / y / sigma
 
-    low = [math.log(f_low * 0.5), math.log(b_low * 0.5), 0.0]
-    high = [math.log(f_low * 1e6), math.log(b_low * 1e6), y_min]
-    if has_offset:
-        low += [0.0, 0.0]
-        high += [float(np.max(y)), per_token_high]
-    if per_seq:
-        low.append(0.0)
-        high.append(per_seq_high)
+    low = np.zeros(at.size)
+    high = np.zeros(at.size)
+    scale = np.ones(at.size)
+    low[:3] = [math.log(f_low * 0.5), math.log(b_low * 0.5), 0.0]
+    high[:3] = [math.log(f_low * 1e6), math.log(b_low * 1e6), _T0_HELD_S if t0_known else y_min]
+    scale[2] = y_min
+    if at.kv is not None:
+        low[at.kv], high[at.kv] = math.log(kv_low * 0.5), math.log(kv_low * 1e6)
+    if at.soft is not None:
+        low[at.soft], high[at.soft] = 0.0, math.log(MAX_SHARPNESS)
+    if at.offset is not None:
+        high[at.offset : at.offset + 2] = [float(np.max(y)), per_token_high]
+        scale[at.offset : at.offset + 2] = [y_min, per_token_high * 1e-3]
+    if at.per_seq is not None:
+        high[at.per_seq] = per_seq_high
+        scale[at.per_seq] = per_seq_high * 0.1
     best: _Solution | None = None
     for f_scale in (1.0, 3.0):
         for b_scale in (1.0, 3.0):
             for t0_share in (0.05, 0.5):
-                start = [math.log(f_low * f_scale), math.log(b_low * b_scale), y_min * t0_share]
-                if has_offset:
-                    start += [float(np.min(y[offset_mask])) * 0.1, 0.0]
-                if per_seq:
-                    start.append(per_seq_high * 0.1)
+                start = np.zeros(at.size)
+                t0_start = _T0_HELD_S / 2 if t0_known else y_min * t0_share
+                start[:3] = [math.log(f_low * f_scale), math.log(b_low * b_scale), t0_start]
+                if at.kv is not None:
+                    start[at.kv] = math.log(kv_low * b_scale)
+                if at.soft is not None:
+                    start[at.soft] = math.log(4.0)
+                if at.offset is not None:
+                    start[at.offset] = float(np.min(y[offset_mask])) * 0.1
+                if at.per_seq is not None:
+                    start[at.per_seq] = per_seq_high * 0.1
                 result = optimize.least_squares(
                     residuals,
-                    np.clip(start, np.add(low, 1e-12), np.subtract(high, 1e-12)),
+                    np.clip(start, low + 1e-12, high - 1e-12),
                     bounds=(low, high),
-                    x_scale=np.array(
-                        [
-                            1.0,
-                            1.0,
-                            y_min,
-                            *([y_min, per_token_high * 1e-3] if has_offset else []),
-                            *([per_seq_high * 0.1] if per_seq else []),
-                        ]
-                    ),
+                    x_scale=scale,
                     method="trf",
                     loss="soft_l1",
                     f_scale=ROBUST_SCALE,
@@ -243,15 +223,18 @@ def _solve(
                 cost = float(result.cost)
                 if best is None or cost < best.cost:
                     theta = result.x
+                    kv_bw, p, fixed, per_token, seq = unpack(theta)
                     best = _Solution(
                         mode,
                         math.exp(theta[0]),
                         math.exp(theta[1]),
                         float(theta[2]),
-                        float(theta[3]) if has_offset else 0.0,
-                        float(theta[4]) if has_offset else 0.0,
+                        float(fixed),
+                        float(per_token),
                         cost,
-                        float(theta[-1]) if per_seq else 0.0,
+                        float(seq),
+                        kv_bw or None,
+                        p,
                     )
     assert best is not None
     return best
@@ -306,25 +289,34 @@ def fit_step_model(
     request_overhead_series: Sequence[str] = (),
     preset: StepModel | None = None,
     holdout_every: int = 3,
+    cpu_free: bool = False,
 ) -> StepFit:
-    """Fit t0, F, B and the overlap variant to all three series at once.
+    """Fit t0, F, B, the KV-cache bandwidth, the knee's sharpness and the overlap variant to all
+    three series at once, in ``shape``'s accounting; a per-sequence cost where it pays.
 
+    In the engine accounting the KV bandwidth is fitted apart from B when decodes were probed
+    at two contexts or more (else it is B), and the knee's sharpness; the seed accounting has
+    one bandwidth and a hard max.
     request_overhead_series: series whose times include a request overhead (TTFT through HTTP);
-    it is fitted apart, a fixed part plus a part per prompt token. Raises ValueError with fewer
-    than 4 usable probes.
+    it is fitted apart, a fixed part plus a part per prompt token. cpu_free: the times are GPU
+    time only (a database's estimates), so t0 and the per-sequence cost are held at zero.
+    Raises ValueError with fewer than 4 usable probes.
     """
     work = probe_work(probes, shape)
     if len(work.time_s) < 4:
         raise ValueError(
             f"need at least 4 measured probes to fit the step-time model, got {len(work.time_s)}"
         )
+    contexts = {p.context_tokens for p in probes if p.batch > 0 and p.tag != "tile" and p.times_s}
+    engine = shape.accounting == "engine"  # the seed's: one bandwidth and a hard max
+    flags = {"kv": engine and len(contexts) >= 2, "soft": engine, "t0_known": cpu_free}
     offset_mask = np.array([s in request_overhead_series for s in work.series], dtype=bool)
-    solutions = {mode: _solve(work, mode, offset_mask) for mode in MODES}
+    solutions = {mode: _solve(work, mode, offset_mask, **flags) for mode in MODES}
     # Second pass: a series the model describes less well than its repeats suggest (TTFT through
     # a busy HTTP stack has bursty noise that a few repeats do not show) weighs accordingly.
     first = solutions[min(MODES, key=lambda m: solutions[m].cost)]
     work = _with_series_noise(work, first, offset_mask)
-    solutions = {mode: _solve(work, mode, offset_mask) for mode in MODES}
+    solutions = {mode: _solve(work, mode, offset_mask, **flags) for mode in MODES}
     best_mode = min(MODES, key=lambda m: solutions[m].cost)
     other = "serialized" if best_mode == "overlapped" else "overlapped"
     cost = {m: solutions[m].cost for m in MODES}
@@ -345,8 +337,8 @@ def fit_step_model(
             f"{median[other]:.1%}"
         )
     sol = solutions[best_mode]
-    with_seq = _solve(work, best_mode, offset_mask, per_seq=True)
-    per_seq = with_seq.cost < (1.0 - PER_SEQ_MARGIN) * sol.cost
+    with_seq = _solve(work, best_mode, offset_mask, per_seq=True, **flags)
+    per_seq = not cpu_free and with_seq.cost < (1.0 - PER_SEQ_MARGIN) * sol.cost
     if per_seq:
         sol = with_seq
     errors = series_errors(work, sol.predict(work, offset_mask))
@@ -357,7 +349,7 @@ def fit_step_model(
     if held.any() and (~held).sum() >= 4:
         train = work.subset(~held)
         test = work.subset(held)
-        hsol = _solve(train, best_mode, offset_mask[~held], per_seq=per_seq)
+        hsol = _solve(train, best_mode, offset_mask[~held], per_seq=per_seq, **flags)
         rel = _relative_errors(test, hsol.predict(test, offset_mask[held]))
         holdout = _by_series(test, rel)
         holdout_all = _summary(rel)  # every held-out probe, pooled
@@ -376,23 +368,34 @@ def fit_step_model(
         errors=errors,
         holdout=holdout,
         holdout_all=holdout_all,
-        notes=_identification_notes(work, sol, best_mode),
-        preset=None
-        if preset is None
-        else {
-            "flops_per_s": preset.flops_per_s,
-            "bytes_per_s": preset.bytes_per_s,
-            "overhead_s": preset.overhead_s,
-        },
+        notes=_identification_notes(work, sol, cpu_free=cpu_free),
+        preset=None if preset is None else preset_figures(preset),
         cost_by_mode=cost,
         overhead_per_seq_s=sol.overhead_per_seq_s,
+        kv_bytes_per_s=sol.kv_bytes_per_s,
+        sharpness=sol.sharpness,
+        accounting=shape.accounting,
     )
 
 
-def _identification_notes(work: Work, sol: _Solution, mode: str) -> tuple[str, ...]:
+def preset_figures(model: StepModel) -> dict[str, float]:
+    """The figures of a preset model a profile shows beside its fit (``StepFit.preset``)."""
+    figures = {
+        "flops_per_s": model.flops_per_s,
+        "bytes_per_s": model.bytes_per_s,
+        "overhead_s": model.overhead_s,
+    }
+    if model.accounting == "engine":
+        figures["kv_bytes_per_s"] = model.kv_streaming_bytes_per_s
+        figures["overhead_per_seq_s"] = model.overhead_per_seq_s
+    return figures
+
+
+def _identification_notes(work: Work, sol: _Solution, *, cpu_free: bool) -> tuple[str, ...]:
     """Say which parameters the data pin down: a bound with no active probe is only a bound."""
     compute = work.flops / sol.flops_per_s
-    memory = (work.weight_bytes + work.decode_kv_bytes) / sol.bytes_per_s
+    kv_bw = sol.kv_bytes_per_s or sol.bytes_per_s
+    memory = work.weight_bytes / sol.bytes_per_s + work.decode_kv_bytes / kv_bw
     notes = []
     if not (memory > compute).any():
         bound = float(np.max((work.weight_bytes + work.decode_kv_bytes) / work.time_s))
@@ -406,10 +409,15 @@ def _identification_notes(work: Work, sol: _Solution, mode: str) -> tuple[str, .
         )
     if sol.overhead_per_seq_s > 0:
         notes.append(
-            f"a cost of {sol.overhead_per_seq_s * 1e3:.3g} ms per decode sequence, beyond the "
-            "roofline, was fitted: it cut the weighted misfit by over "
+            f"a cost of {sol.overhead_per_seq_s * 1e3:.3g} ms per sequence in the batch, beyond "
+            "the roofline, was fitted: it cut the weighted misfit by over "
             f"{PER_SEQ_MARGIN:.0%} (typical of a CPU)"
         )
-    if sol.overhead_s < 1e-7:
+    if cpu_free:
+        notes.append(
+            "GPU time only: t0 and the cost per sequence are held at zero, so predictions from "
+            "this profile include no CPU time"
+        )
+    elif sol.overhead_s < 1e-7:
         notes.append("t0 fitted at zero: the fixed per-iteration overhead is too small to resolve")
     return tuple(notes)

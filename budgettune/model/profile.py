@@ -20,11 +20,23 @@ from typing import Any
 
 import numpy as np
 
-from budgettune.core.errors import SpecError
+from budgettune.core import jsonio
+from budgettune.core.errors import SpecError, UserError
+from budgettune.core.fields import check_schema
+from budgettune.core.files import (
+    atomic_writer,
+    check_overwrite,
+    json_document_ours,
+    make_folder,
+    write_atomic,
+)
 from budgettune.core.hardware import GPU_PRESETS, ModelShape
-from budgettune.model.stepmodel import MODES, StepModel
+from budgettune.model.profile_check import check_numbers
+from budgettune.model.stepmodel import ACCOUNTINGS, MODES, StepModel
 
-SCHEMA_VERSION = 1
+# 2: the step fit records its accounting, KV-cache bandwidth and sharpness (issue 15); a file
+# of version 1 reads as the seed accounting it was fitted in.
+SCHEMA_VERSION = 2
 SERIES = ("prefill", "decode", "mixed")
 ANALYTIC_LABEL = "model output from presets (roofline step-time model), not a measurement"
 MEASURED_LABEL = "measured"
@@ -50,7 +62,7 @@ class EngineInfo:
 
     name: str
     version: str | None = None
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass(slots=True, frozen=True)
@@ -151,8 +163,11 @@ class StepFit:
     cost_by_mode: dict[str, float] = field(default_factory=dict)  # weighted misfit, lower fits
     request_overhead_s_per_token: float | None = None
     request_overhead_series: tuple[str, ...] = ()
-    overhead_per_seq_s: float = 0.0  # per decode sequence; fitted only where the data ask
+    overhead_per_seq_s: float = 0.0  # per sequence in the batch; fitted where the data ask
     holdout_all: SeriesError | None = None  # every held-out probe pooled, whatever its series
+    kv_bytes_per_s: float | None = None  # the KV cache's own bandwidth (None: bytes_per_s)
+    sharpness: float | None = None  # p of the soft roofline (None: a hard max)
+    accounting: str = "seed"  # how parameters count (budgettune.model.stepmodel)
 
     def request_overhead_of(self, probe: Probe) -> float:
         """The fitted request overhead included in ``probe``'s times, seconds (0 if none)."""
@@ -166,11 +181,19 @@ class StepFit:
             raise SpecError(
                 f"step fit mode must be one of {MODES}, got {self.mode!r}", field="profile"
             )
+        if self.accounting not in ACCOUNTINGS:
+            raise SpecError(
+                f"step fit accounting must be one of {ACCOUNTINGS}, got {self.accounting!r}",
+                field="profile",
+            )
+        if self.sharpness is not None and not math.isfinite(self.sharpness):
+            object.__setattr__(self, "sharpness", None)  # a hard max, as JSON can hold it
 
 
 @dataclass(slots=True, frozen=True)
 class Profile:
-    """A whole profile. kind "measured" or "analytic" (model output, labelled as such)."""
+    """A whole profile. kind "measured", "estimate" (a database's, `--engine aiconfigurator`) or
+    "analytic" (model output), each labelled as such."""
 
     kind: str
     label: str
@@ -186,6 +209,10 @@ class Profile:
     error: str | None = None
     elapsed_s: float = 0.0
     schema_version: int = SCHEMA_VERSION
+    # --time-budget: the probing budget it ran under (None: the whole grid) and the probes it
+    # left out for it, in words with their estimated cost
+    time_budget_s: float | None = None
+    skipped: tuple[str, ...] = ()
 
     def series(self, name: str, *, include_tiles: bool = False) -> list[Probe]:
         """The probes of one series, tile probes left out unless asked for."""
@@ -203,17 +230,19 @@ def profile_step_model(profile: Profile) -> StepModel:
             f"{profile.error or 'measurement incomplete'}); measure again",
             field="profile",
         )
-    shape = profile.model.shape
-    return StepModel(
-        params=float(shape.params),
-        weight_bytes=float(shape.params) * profile.model.bytes_per_weight,
-        kv_bytes_per_token=shape.kv_bytes_per_token(profile.model.kv_bytes_per_element),
-        attention_flops_per_pair=4.0 * shape.layers * shape.hidden,
-        flops_per_s=profile.step.flops_per_s,
-        bytes_per_s=profile.step.bytes_per_s,
-        overhead_s=profile.step.overhead_s,
-        mode=profile.step.mode,
-        overhead_per_seq_s=profile.step.overhead_per_seq_s,
+    step = profile.step
+    return StepModel.of_shape(
+        profile.model.shape,
+        accounting=step.accounting,
+        flops_per_s=step.flops_per_s,
+        bytes_per_s=step.bytes_per_s,
+        kv_bytes_per_s=step.kv_bytes_per_s,
+        sharpness=math.inf if step.sharpness is None else step.sharpness,
+        overhead_s=step.overhead_s,
+        overhead_per_seq_s=step.overhead_per_seq_s,
+        mode=step.mode,
+        bytes_per_weight=profile.model.bytes_per_weight,
+        kv_bytes_per_element=profile.model.kv_bytes_per_element,
     )
 
 
@@ -232,13 +261,16 @@ def profile_from_json(
     """Rebuild a Profile; raises SpecError on ``field`` (the option that named the file) naming
     the file and the missing or bad key."""
     try:
-        version = int(data["schema_version"])
-        if version > SCHEMA_VERSION:
-            raise SpecError(
-                f"{source}: schema_version {version} is newer than this budgettune "
-                f"reads ({SCHEMA_VERSION}); upgrade budgettune",
-                field=field,
-            )
+        version = check_schema(data, source, SCHEMA_VERSION)
+        missing = [
+            key for key in ("kind", "model", "probes", "hardware", "engine") if key not in data
+        ]
+        if missing:
+            raise UserError(f"{source}: not a budgettune profile (no {missing[0]!r})")
+        check_numbers(data, source)
+    except UserError as error:
+        raise SpecError(error.message, field=field, hint=error.hint) from None
+    try:
         model = data["model"]
         shape = ModelShape(**model["shape"])
         ridge = data.get("ridge")
@@ -274,11 +306,21 @@ def profile_from_json(
             error=data.get("error"),
             elapsed_s=float(data.get("elapsed_s", 0.0)),
             schema_version=version,
+            time_budget_s=None
+            if data.get("time_budget_s") is None
+            else float(data["time_budget_s"]),
+            skipped=tuple(str(item) for item in data.get("skipped") or ()),
         )
-    except SpecError:
-        raise
-    except (KeyError, TypeError, ValueError) as exc:
-        raise SpecError(f"{source}: not a budgettune profile ({exc!r})", field=field) from None
+    except SpecError as error:  # raised by a type's own check: shown as the option given
+        raise SpecError(error.message, field=field, hint=error.hint) from None
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise SpecError(
+            f"{source}: not a budgettune profile ({_short(repr(exc))})", field=field
+        ) from None
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 def _step_from_json(step: dict[str, Any]) -> StepFit:
@@ -295,12 +337,19 @@ def _step_from_json(step: dict[str, Any]) -> StepFit:
     )
 
 
+CSV_HEADER = "series,tag,prompt_tokens"  # how profile.csv begins
+
+
 def save_profile(profile: Profile, path: Path) -> Path:
-    """Write the profile JSON at ``path`` and the raw curve CSV beside it; returns the CSV path."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(profile_to_json(profile), indent=1, allow_nan=False)
-    path.write_text(text + "\n")
+    """Write the profile JSON at ``path`` and the raw curve CSV beside it, each atomically and
+    over a file budgettune wrote only (UserError on field ``output`` otherwise); returns the
+    CSV path. StorageError when the disk cannot hold them."""
     csv_path = path.with_suffix(".csv")
+    check_overwrite(path, json_document_ours, field="output")
+    check_overwrite(csv_path, lambda head: head.startswith(CSV_HEADER.encode()), field="output")
+    text = json.dumps(profile_to_json(profile), indent=1, allow_nan=False)
+    make_folder(path.parent, field="output")
+    write_atomic(path, text + "\n", field="output")
     write_curve_csv(profile, csv_path)
     return csv_path
 
@@ -310,11 +359,9 @@ def load_profile(path: Path | str, *, field: str = "profile") -> Profile:
     the file, e.g. ``compare`` for ``--with``) naming the file."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise SpecError(f"cannot read {path}: {exc.strerror or exc}", field=field) from None
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"{path}: not JSON ({exc})", field=field) from None
+        data = jsonio.read_json(path, "profile", max_bytes=jsonio.RESULTS_BYTES)
+    except UserError as error:
+        raise SpecError(error.message, field=field, hint=error.hint) from None
     if not isinstance(data, dict):
         raise SpecError(
             f"{path}: not a budgettune profile (top level is not an object)", field=field
@@ -324,10 +371,13 @@ def load_profile(path: Path | str, *, field: str = "profile") -> Profile:
 
 def write_curve_csv(profile: Profile, path: Path) -> None:
     """One row per probe: shape, median, min, max, repeats, the fitted model's prediction and
-    where the times came from ("measured", or "model output" for an analytic profile)."""
+    where the times came from ("measured", "database estimate", or "model output" for an
+    analytic profile)."""
     model = profile_step_model(profile) if profile.step is not None else None
-    source = "model output" if profile.kind == "analytic" else "measured"
-    with path.open("w", newline="") as handle:
+    source = {"analytic": "model output", "estimate": "database estimate"}.get(
+        profile.kind, "measured"
+    )
+    with atomic_writer(path, newline="", field="output") as handle:
         writer = csv.writer(handle)
         writer.writerow(
             [

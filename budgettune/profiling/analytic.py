@@ -13,7 +13,13 @@ import math
 import numpy as np
 
 from budgettune.core.hardware import GPU, GPU_PRESETS, ModelShape
-from budgettune.model.fit import ShapeConstants, predict_s, probe_work, series_errors
+from budgettune.model.fit import (
+    ShapeConstants,
+    model_predict_s,
+    preset_figures,
+    probe_work,
+    series_errors,
+)
 from budgettune.model.profile import (
     ANALYTIC_LABEL,
     EngineInfo,
@@ -29,13 +35,16 @@ from budgettune.profiling.plan import ProfilePlan
 
 
 def prefill_knee_tokens(model: StepModel) -> float:
-    """The prompt size P where a prefill turns compute-bound: (2N P + a P^2 / 2) / F = wN / B.
+    """The prompt size P where a prefill turns compute-bound: (2 N_tokens P + 2 N_head +
+    a P^2 / 2) / F = streamed weight bytes / B (the seed: N_tokens = N, no head term).
 
     Equals ``model.ridge_tokens`` but for the attention FLOPs (under 1% for 7B+ models).
     """
     a = model.attention_flops_per_pair
-    two_n = 2.0 * model.params
-    target = model.weight_bytes / model.bytes_per_s * model.flops_per_s  # FLOPs at the knee
+    two_n = 2.0 * model.per_token_params
+    # FLOPs at the knee, beyond the LM head's one row
+    target = model.read_weight_bytes / model.bytes_per_s * model.flops_per_s
+    target -= 2.0 * model.head_params
     if a <= 0:
         return target / two_n
     return (-two_n + math.sqrt(two_n * two_n + 2.0 * a * target)) / a
@@ -55,8 +64,10 @@ def analytic_profile(
     created_utc: str,
     budgettune_version: str,
     settings: dict[str, object],
+    calibration: str = "measured",
 ) -> Profile:
-    """The profile of ``model`` (built by the caller from the presets) on the plan's grid."""
+    """The profile of ``model`` (built by the caller from the presets and the ``calibration``
+    named) on the plan's grid."""
     probes = tuple(
         Probe(
             spec.series,
@@ -97,23 +108,22 @@ def analytic_profile(
         ),
     )
     work = probe_work(probes, constants)
-    predicted = predict_s(work, model.flops_per_s, model.bytes_per_s, model.overhead_s, model.mode)
-    preset = {
-        "flops_per_s": model.flops_per_s,
-        "bytes_per_s": model.bytes_per_s,
-        "overhead_s": model.overhead_s,
-    }
+    predicted = model_predict_s(work, model)
     step = StepFit(
         flops_per_s=model.flops_per_s,
         bytes_per_s=model.bytes_per_s,
         overhead_s=model.overhead_s,
         mode=model.mode,
-        mode_reason="chosen with --mode (model output, not fitted)",
+        mode_reason=f"the {calibration} calibration's (model output, not fitted)",
         request_overhead_s=None,
         errors=series_errors(work, predicted),
         holdout={},
         notes=("model output from presets: nothing was measured",),
-        preset=preset,
+        preset=preset_figures(model),
+        overhead_per_seq_s=model.overhead_per_seq_s,
+        kv_bytes_per_s=model.kv_bytes_per_s,
+        sharpness=model.sharpness,
+        accounting=model.accounting,
     )
     return Profile(
         kind="analytic",

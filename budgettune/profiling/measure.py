@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import itertools
 import math
-import re
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -29,7 +28,8 @@ import numpy as np
 from budgettune.core.errors import EngineError
 from budgettune.engines.base import EngineHandle, LaunchSpec, ProgressCallback
 from budgettune.engines.registry import get_engine
-from budgettune.loadgen.client import SSEParser, StreamResult, completion_body
+from budgettune.loadgen.client import Endpoint, SSEParser, StreamResult, request_body
+from budgettune.loadgen.server_metrics import sample_labels
 from budgettune.loadgen.transport import arrival_ns, async_client
 from budgettune.model.profile import EngineInfo, Hardware, Probe
 from budgettune.profiling.plan import ProbeSpec, describe
@@ -41,6 +41,19 @@ MIN_RUN_ITERATIONS = 3  # iterations per timed run of the steady window
 ADMISSION_ATTEMPTS = 3  # decoders restarted with longer outputs when not admitted together
 POLL_S = 0.0005
 FIRST_TOKEN_IDS = 100  # random prompt ids start here, clear of special tokens
+
+
+TIGHT_REPEATS = 3  # a probe whose first repeats agree stops after this many
+TIGHT_SPREAD = 0.02  # ... when they lie within 2% of their median
+
+
+def tight(times_s: list[float]) -> bool:
+    """Enough repeats of one probe: at least TIGHT_REPEATS, all within TIGHT_SPREAD of their
+    median (on a noisy CPU they rarely are, and every repeat is taken)."""
+    if len(times_s) < TIGHT_REPEATS:
+        return False
+    middle = float(np.median(times_s))
+    return middle > 0 and (max(times_s) - min(times_s)) <= TIGHT_SPREAD * middle
 
 
 class _LoopThread:
@@ -105,17 +118,15 @@ def steady_iterations(arrivals_ns: list[list[int]], segments: int) -> tuple[np.n
     return np.array(times), index
 
 
-_CACHE_INFO = re.compile(r"^vllm:cache_config_info\{([^}]*)\}", re.MULTILINE)
-_LABEL = re.compile(r'(\w+)="([^"]*)"')
-
-
 def kv_capacity_from_metrics(text: str) -> int | None:
     """KV-cache tokens from vLLM's ``vllm:cache_config_info`` gauge (num_gpu_blocks x
-    block_size); None when the engine does not publish it."""
-    match = _CACHE_INFO.search(text)
-    if match is None:
+    block_size); None when the engine does not publish it or the text does not parse."""
+    try:
+        labels = sample_labels(text, "vllm:cache_config_info")
+    except ValueError:
         return None
-    labels = dict(_LABEL.findall(match.group(1)))
+    if labels is None:
+        return None
     try:
         return int(labels["num_gpu_blocks"]) * int(labels["block_size"])
     except (KeyError, ValueError):
@@ -150,6 +161,7 @@ class EngineTimer:
         self._rng = np.random.default_rng(seed)
         self._timeout = httpx.Timeout(request_timeout_s, connect=30.0)
         self._timeout_s = request_timeout_s
+        self._api_key = spec.api_key
         self._loop = _LoopThread()
         self._context = get_engine(engine_name).launch(spec, on_start)
         try:
@@ -179,14 +191,17 @@ class EngineTimer:
 
     async def _kv_capacity(self) -> int | None:
         try:
-            response = await self._client.get(self.handle.url.rstrip("/") + "/metrics")
+            url = self.handle.url.rstrip("/") + self.handle.metrics_path
+            response = await self._client.get(url)
         except httpx.HTTPError:
             return None
         return kv_capacity_from_metrics(response.text) if response.status_code == 200 else None
 
     async def _make_client(self) -> httpx.AsyncClient:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-        return async_client(self.handle.url, limits=limits, timeout=self._timeout)
+        key = self._api_key
+        headers = {"Authorization": f"Bearer {key}"} if key else None
+        return async_client(self.handle.url, limits=limits, timeout=self._timeout, headers=headers)
 
     def close(self) -> None:
         """Stop the engine (its whole process group) and the loop thread."""
@@ -201,7 +216,11 @@ class EngineTimer:
 
     def _body(self, prompt_tokens: int, max_tokens: int) -> bytes:
         ids = self._rng.integers(FIRST_TOKEN_IDS, self._vocab, prompt_tokens).tolist()
-        return completion_body(self.handle.model, ids, max_tokens)
+        # Usage in every chunk: the probes place each token at its iteration, so a chunk that
+        # carries two tokens must say so (a replay counts from the stream instead).
+        return request_body(
+            Endpoint.COMPLETIONS, self.handle.model, ids, max_tokens, continuous_usage=True
+        )
 
     async def _stream(self, body: bytes, result: StreamResult) -> None:
         parser = SSEParser(result)
@@ -264,12 +283,14 @@ class EngineTimer:
     # -- the three series ---------------------------------------------------------------------
 
     async def _prefill(self, spec: ProbeSpec, repeats: int) -> Probe:
-        times = []
+        times: list[float] = []
         for _ in range(repeats):
             result, task = self._open(spec.prompt_tokens, 1)
             await task
             self._check(spec, [result], 1)
             times.append((result.chunk_ns[0] - result.sent_ns) / 1e9)
+            if tight(times):
+                break  # the timings agree: more repeats would tell nothing new
         return Probe("prefill", spec.prompt_tokens, 0, 0, tuple(times), spec.tag)
 
     @contextlib.asynccontextmanager

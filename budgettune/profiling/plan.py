@@ -126,13 +126,26 @@ class IterationTimer(Protocol):
 ProgressFn = Callable[[str, int, int], None]  # (series, probes done, probes planned)
 
 
+@dataclass(slots=True, frozen=True)
+class Skipped:
+    """A probe left out because it no longer fit the time budget, and what it would have cost."""
+
+    spec: ProbeSpec
+    cost_s: float
+
+    def describe(self) -> str:
+        return f"{describe(self.spec)}, ~{self.cost_s:.0f} s"
+
+
 @dataclass(slots=True)
 class ProbeRun:
-    """What the probe loop produced; ``error`` is set when it stopped early."""
+    """What the probe loop produced; ``error`` is set when it stopped early; ``skipped``: the
+    probes a time budget left out."""
 
     probes: list[Probe] = field(default_factory=list)
     error: str | None = None
     elapsed_s: float = 0.0
+    skipped: list[Skipped] = field(default_factory=list)
 
 
 class ProbeTimeout(EngineError):
@@ -148,12 +161,18 @@ def run_probes(
     knee_finder: Callable[[list[Probe]], float | None] | None = None,
     max_tokens: int | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    time_budget_s: float | None = None,
+    probe_cost: Callable[[ProbeSpec, list[Probe]], float] | None = None,
 ) -> ProbeRun:
     """Warm up before each series, then time every probe of the plan in order.
 
     knee_finder: called on the prefill probes after that series; sizes around the knee it
     returns are measured too (when ``plan.refine_knee``). A failing probe (EngineError, a
     timeout, an out-of-memory RuntimeError) ends the loop; what was measured is kept.
+
+    time_budget_s with ``probe_cost`` (seconds a probe will take, estimated from those measured):
+    the probes after the prefill series run cheapest first, and one that would end past the
+    budget is skipped (``run.skipped``), except the first of its series, which always runs.
     """
     run = ProbeRun()
     started = clock()
@@ -162,9 +181,25 @@ def run_probes(
     done = 0
     series_seen: set[str] = set()
     refine = plan.refine_knee and knee_finder is not None
+    budgeted = time_budget_s is not None and probe_cost is not None
+    ordered = False  # the probes after the prefill series, put cheapest first once
     try:
         while pending:
+            if budgeted and not ordered and pending[0].series != "prefill":
+                assert probe_cost is not None
+                ordered = True
+                costs = {id(p): probe_cost(p, run.probes) for p in pending}
+                pending.sort(key=lambda p: costs[id(p)])
             spec = pending.pop(0)
+            if budgeted and spec.series != "prefill" and spec.series in series_seen:
+                assert probe_cost is not None and time_budget_s is not None
+                cost_s = probe_cost(spec, run.probes)
+                if clock() - started + cost_s > time_budget_s:
+                    run.skipped.append(Skipped(spec, cost_s))
+                    planned -= 1
+                    if progress:
+                        progress(spec.series, done, planned)
+                    continue
             if spec.series not in series_seen:
                 series_seen.add(spec.series)
                 if progress:

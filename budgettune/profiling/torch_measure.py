@@ -9,11 +9,11 @@ decode: over its own resident KV context). torch is imported lazily (``budgettun
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
 
+from budgettune.core import jsonio
 from budgettune.core.errors import SpecError, UserError
 from budgettune.core.hardware import ModelShape
 from budgettune.model.profile import EngineInfo, Hardware, Probe, cpu_model, detect_hardware
@@ -48,10 +48,10 @@ def model_config(source: str, shape: ModelShape) -> dict[str, Any]:
         path = path / "config.json"
     if path.is_file():
         try:
-            config: dict[str, Any] = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise SpecError(f"cannot read {path}: {exc}", field="model") from None
-        if "model_type" not in config:
+            config: dict[str, Any] = jsonio.read_json(path, "model config")
+        except UserError as error:
+            raise SpecError(error.message, field="model") from None
+        if not isinstance(config, dict) or "model_type" not in config:
             raise SpecError(f"{path}: missing field 'model_type'", field="model")
         return config
     return {

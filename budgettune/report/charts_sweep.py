@@ -119,6 +119,9 @@ def latency_vs_budget_chart(sweep: SweepInput, metric: str) -> Chart:
             NEUTRAL_COLOR if p.passed is None else (PASS_COLOR if p.passed else FAIL_COLOR)
             for p in points
         ]
+        intervals = [p.tbt_interval_ms if metric == "tbt" else p.ttft_interval_ms for p in points]
+        above, below = _error_bars(shown, intervals, top)
+        marginal = [p.confidence == "marginal" for p in points]
         fig.add_trace(
             go.Scatter(
                 x=budgets,
@@ -126,17 +129,33 @@ def latency_vs_budget_chart(sweep: SweepInput, metric: str) -> Chart:
                 mode="lines+markers",
                 connectgaps=True,
                 line={"color": MEASURED_COLOR},
+                error_y={
+                    "type": "data",
+                    "symmetric": False,
+                    "array": above,
+                    "arrayminus": below,
+                    "color": MEASURED_COLOR,
+                    "thickness": 1.2,
+                    "width": 5,
+                },
                 marker={
                     "size": 10,
                     "color": colors,
                     "symbol": [
-                        "triangle-up" if v is not None and math.isinf(v) else "circle"
-                        for v in measured
+                        "triangle-up"
+                        if v is not None and math.isinf(v)
+                        else ("circle-open" if m else "circle")
+                        for v, m in zip(measured, marginal, strict=True)
                     ],
+                    "line": {"width": 2, "color": colors},
                 },
-                name=f"{pct_name(pct)} {name} measured (green pass, red fail)",
-                text=[format_ms_3sig(v) for v in measured],
-                hovertemplate="budget %{x}: %{text} measured<extra></extra>",
+                name=f"{pct_name(pct)} {name} measured, 95% interval (green pass, red fail; "
+                "hollow: marginal)",
+                text=[
+                    _measured_text(v, interval, p)
+                    for v, interval, p in zip(measured, intervals, points, strict=True)
+                ],
+                hovertemplate="budget %{x}: %{text}<extra></extra>",
             )
         )
     style_layout(fig, x_title="token budget (tokens, log)", y_title=f"{pct_name(pct)} {name} (ms)")
@@ -175,6 +194,41 @@ def latency_vs_budget_chart(sweep: SweepInput, metric: str) -> Chart:
         fig,
         _latency_caption(sweep, metric, points, measured, predicted, slo),
     )
+
+
+def _error_bars(
+    shown: list[float],
+    intervals: list[tuple[float | None, float | None] | None],
+    top: float,
+) -> tuple[list[float | None], list[float | None]]:
+    """Plotly's asymmetric error bars (above, below the marker) from each point's 95% interval;
+    an open upper end reaches the top of the chart, a point without one gets none."""
+    above, below = [], []
+    for value, interval in zip(shown, intervals, strict=True):
+        if interval is None or not math.isfinite(value):
+            above.append(0.0)
+            below.append(0.0)
+            continue
+        low, high = interval
+        above.append(max(0.0, (top if high is None else high) - value))
+        below.append(max(0.0, value - (value if low is None else low)))
+    return round_sig(above), round_sig(below)
+
+
+def _measured_text(
+    value: float | None, interval: tuple[float | None, float | None] | None, point: BudgetPoint
+) -> str:
+    """The hover text of a measured marker: its figure, interval, confidence and replays."""
+    text = f"{format_ms_3sig(value)} measured"
+    if interval is not None:
+        low, high = interval
+        text += f", 95% interval {format_ms_3sig(low)} to " + (
+            "unbounded" if high is None else format_ms_3sig(high)
+        )
+    if point.confidence is not None:
+        text += f" ({point.confidence}"
+        text += f", {point.replays} replays)" if point.replays > 1 else ")"
+    return text
 
 
 def slo_crossing(

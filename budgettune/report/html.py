@@ -15,6 +15,7 @@ from urllib.parse import quote
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
+from budgettune.core.files import check_overwrite, make_folder, write_atomic
 from budgettune.core.units import format_ms_3sig
 from budgettune.report.charts import Chart, profile_chart
 from budgettune.report.charts_run import arrival_rate_chart, timeline_chart, workload_lengths_chart
@@ -136,10 +137,23 @@ def _sweep_table(sweep: SweepInput) -> str:
     def verdict(p: BudgetPoint) -> str | None:
         return None if p.passed is None else ("pass" if p.passed else "fail")
 
+    def interval(value: tuple[float | None, float | None] | None) -> str | None:
+        if value is None:
+            return None
+        low, high = value
+        return f"{_ms_text(low) or '-'} to {'unbounded' if high is None else _ms_text(high)}"
+
+    def confidence(p: BudgetPoint) -> str | None:
+        if p.confidence is None:
+            return None
+        return p.confidence + (f" ({p.replays} replays)" if p.replays > 1 else "")
+
     columns: list[tuple[str, Callable[[BudgetPoint], str | None]]] = [
         (f"{pct} TBT measured", lambda p: at(p.measured_tbt)),
+        ("95% interval", lambda p: interval(p.tbt_interval_ms)),
         (f"{pct} TBT predicted", lambda p: at(p.predicted_tbt)),
         (f"{pct} TTFT measured", lambda p: at(p.measured_ttft)),
+        ("95% interval", lambda p: interval(p.ttft_interval_ms)),
         (f"{pct} TTFT predicted", lambda p: at(p.predicted_ttft)),
         (
             "throughput (tokens/s)",
@@ -161,6 +175,12 @@ def _sweep_table(sweep: SweepInput) -> str:
         ),
         ("failed", lambda p: None if p.failed is None else str(p.failed)),
         ("verdict", verdict),
+        ("confidence", confidence),
+        # with --parallel: which budgets ran together (the same round, on different slots)
+        (
+            "round (slot)",
+            lambda p: None if p.slot is None or p.round is None else f"{p.round} (slot {p.slot})",
+        ),
         ("note", lambda p: (p.error or p.note or None) and (p.error or p.note or "")[:300]),
     ]
     points = sorted(sweep.points, key=lambda p: (p.budget_tokens is None, p.budget_tokens or 0))
@@ -300,6 +320,7 @@ def render_html(report: ReportInput) -> ReportPage:
             "<head>",
             '<meta charset="utf-8">',
             '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            GENERATOR_TAG,
             f"<title>{_e(report.title)}</title>",
             f"<style>{_CSS}</style>",
             # plotly.js once, inline: the page must open offline.
@@ -314,17 +335,31 @@ def render_html(report: ReportInput) -> ReportPage:
     return ReportPage(page, tuple(chart.chart_id for _, chart in charts))
 
 
+GENERATOR_TAG = '<meta name="generator" content="budgettune">'
+
+
+def is_report_page(head: bytes) -> bool:
+    """Whether a file's first bytes are a page budgettune wrote (its generator tag, or the
+    title every budgettune page had before it)."""
+    return GENERATOR_TAG.encode() in head or b"<title>budgettune" in head
+
+
 def write_report(report: ReportInput, path: Path) -> ReportPage:
-    """Render ``report`` and write it to ``path`` (parent folders created)."""
+    """Render ``report`` and write it to ``path`` atomically (parent folders created), over a
+    page budgettune wrote only (UserError on field ``output`` otherwise); StorageError when the
+    disk cannot hold it."""
     page = render_html(report)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page.html, encoding="utf-8")
+    check_overwrite(path, is_report_page, field="output", what="HTML file")
+    make_folder(path.parent, field="output")
+    write_atomic(path, page.html, field="output")
     return page
 
 
 __all__ = [
+    "GENERATOR_TAG",
     "ReportPage",
     "collect_charts",
+    "is_report_page",
     "render_html",
     "write_report",
 ]

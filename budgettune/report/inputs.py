@@ -88,6 +88,14 @@ class BudgetPoint:
     error: str | None = None
     tbt_cdf: Cdf | None = None
     ttft_cdf: Cdf | None = None
+    # The measured percentile's 95% interval, ms (None: an unbounded end), its verdict's
+    # confidence ("clear" or "marginal") and the replays it pools; None before intervals.
+    tbt_interval_ms: tuple[float | None, float | None] | None = None
+    ttft_interval_ms: tuple[float | None, float | None] | None = None
+    confidence: str | None = None
+    replays: int = 1
+    round: int | None = None  # the search round it ran in (--parallel: budgets run together)
+    slot: int | None = None
 
     @property
     def label(self) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from budgettune.artifacts.results import Results, point_records
-from budgettune.core import metrics
+from budgettune.core import jsonio, metrics
 from budgettune.core.errors import UserError
 from budgettune.core.records import RequestRecord
 from budgettune.core.slo import SLO
@@ -137,12 +137,9 @@ def slo_checks(tbt: Percentiles | None, ttft: Percentiles | None, slo: Slo) -> t
 
 
 def read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{path}: cannot read JSON: {exc}") from None
+    """The JSON in ``path`` (a results file, a profile, `simulate --json` output), read within
+    :mod:`budgettune.core.jsonio`'s bounds; UserError naming the file."""
+    return jsonio.read_json(path, "results", max_bytes=jsonio.RESULTS_BYTES)
 
 
 # ---------------------------------------------------------------------------------------------

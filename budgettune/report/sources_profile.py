@@ -124,6 +124,8 @@ def profile_input(
         note = (
             (note or "") + " This profile is model output from presets, not a measurement."
         ).strip()
+    elif main.kind == "estimate":
+        note = ((note or "") + f" This profile is a {main.label}.").strip()
     return ProfileInput(
         curves=tuple(curves),
         ridge_tokens=knee,

@@ -195,6 +195,12 @@ def sweep_point(
         error=error,
         tbt_cdf=cdf_from_samples(tbt_samples * 1e3) if len(tbt_samples) else None,
         ttft_cdf=cdf_from_samples(ttft_samples * 1e3) if len(ttft_samples) else None,
+        tbt_interval_ms=point.tbt_ci_ms,
+        ttft_interval_ms=point.ttft_ci_ms,
+        confidence=None if point.confidence is None else point.confidence.value,
+        replays=point.replays,
+        round=point.round,
+        slot=point.slot,
     )
 
 
@@ -297,6 +303,7 @@ def _sweep_report(
             ("sweep settings", SETTINGS_FILE),
             ("vLLM config", "vllm.yaml"),
             ("SGLang arguments", "sglang.args"),
+            ("TensorRT-LLM options", "trtllm.yaml"),
             ("every point with its raw per-request records", "results.json"),
         )
         if (run_dir / name).is_file()

@@ -52,6 +52,7 @@ class IterationPlan:
             self.prefill_prefix_tokens,
             self.decodes,
             self.decode_context_tokens,
+            len(self.chunks),
         )
 
 

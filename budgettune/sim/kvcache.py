@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from budgettune.core.errors import SpecError
 from budgettune.core.hardware import GPU
+from budgettune.core.limits import MAX_BLOCK_TOKENS, check_count, check_share
 from budgettune.model.stepmodel import StepModel
 
 DEFAULT_BLOCK_SIZE = 16
@@ -31,12 +32,8 @@ def kv_capacity_blocks(
 
     Raises SpecError on field ``gpu_memory_utilization`` when the weights alone do not fit.
     """
-    if not 0 < gpu_memory_utilization <= 1:
-        raise SpecError(
-            f"must be in (0, 1], got {gpu_memory_utilization!r}", field="gpu_memory_utilization"
-        )
-    if block_size < 1:
-        raise SpecError(f"must be positive, got {block_size!r}", field="block_size")
+    check_share(gpu_memory_utilization, field="gpu_memory_utilization")
+    check_count(block_size, field="block_size", maximum=MAX_BLOCK_TOKENS, what="tokens")
     usable_bytes = gpu.memory_bytes * tensor_parallel * gpu_memory_utilization
     free_bytes = usable_bytes - model.weight_bytes
     blocks = int(free_bytes // (model.kv_bytes_per_token * block_size))

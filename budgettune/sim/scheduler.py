@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from budgettune.core.errors import SpecError
+from budgettune.core.limits import MAX_BLOCK_TOKENS, MAX_SEQS, check_count, check_tokens
 from budgettune.sim.iteration import IterationOutcome, IterationPlan, RequestId
 from budgettune.sim.kvcache import DEFAULT_BLOCK_SIZE, BlockPool, blocks_for
 
@@ -59,7 +60,10 @@ class SchedulerConfig:
     not finish its prompt is cut to whole KV blocks, (left // block_size) * block_size, as vLLM
     does with prefix caching. prefill_first_max_tokens: the ``none`` policy's cap on prompt
     tokens per iteration (None: only sequences and KV blocks limit it; a longer prompt still
-    runs alone).
+    runs alone). decodes_beside_prefill: True is vLLM's rule (every running decode takes one
+    token of each iteration's budget, prompt chunks fill the rest); False is SGLang's default
+    (``--enable-mixed-chunk`` off): an iteration with prompt chunks runs them alone, up to the
+    budget (its ``--chunked-prefill-size``), and the decoders wait for a prefill-free one.
     """
 
     budget_tokens: int | None
@@ -69,14 +73,15 @@ class SchedulerConfig:
     block_aligned_chunks: bool = False
     long_prefill_token_threshold: int = 0
     prefill_first_max_tokens: int | None = None
+    decodes_beside_prefill: bool = True
 
     def __post_init__(self) -> None:
         if self.budget_tokens is not None and self.budget_tokens < 1:
             raise SpecError(f"a budget must be positive, got {self.budget_tokens}", field="budgets")
-        if self.max_num_seqs < 1:
-            raise SpecError(f"must be positive, got {self.max_num_seqs}", field="max_num_seqs")
-        if self.block_size < 1:
-            raise SpecError(f"must be positive, got {self.block_size}", field="block_size")
+        if self.budget_tokens is not None:
+            check_tokens(self.budget_tokens, field="budgets")
+        check_count(self.max_num_seqs, field="max_num_seqs", maximum=MAX_SEQS)
+        check_count(self.block_size, field="block_size", maximum=MAX_BLOCK_TOKENS, what="tokens")
         if self.kv_capacity_blocks < 1:
             raise SpecError(f"KV capacity must be at least 1 block, got {self.kv_capacity_blocks}")
         if self.long_prefill_token_threshold < 0:
@@ -84,6 +89,9 @@ class SchedulerConfig:
                 f"must be 0 (off) or positive, got {self.long_prefill_token_threshold}",
                 field="long_prefill_token_threshold",
             )
+        check_tokens(
+            self.long_prefill_token_threshold, field="long_prefill_token_threshold", minimum=0
+        )
         if self.block_aligned_chunks and self.budget_tokens is not None:
             # Same rule as vLLM: aligned chunks need a budget of whole blocks, else no chunk fits.
             if self.budget_tokens % self.block_size:
@@ -101,8 +109,9 @@ class SchedulerConfig:
     @property
     def seq_limit(self) -> int:
         """Running sequences allowed: every running decode takes one token of the budget, so
-        more than ``budget`` sequences could never all decode (vLLM refuses such a config)."""
-        if self.budget_tokens is None:
+        more than ``budget`` sequences could never all decode (vLLM refuses such a config).
+        Without decodes beside prefills (SGLang) the budget bounds prompt tokens only."""
+        if self.budget_tokens is None or not self.decodes_beside_prefill:
             return self.max_num_seqs
         return min(self.max_num_seqs, self.budget_tokens)
 
@@ -281,18 +290,33 @@ class Scheduler:
         self._in_flight_requests = []
         if self.config.budget_tokens is None:
             self._schedule_prefill_first(plan)
-        else:
+        elif self.config.decodes_beside_prefill:
             self._schedule_chunked(plan, self.config.budget_tokens)
+        else:
+            self._schedule_prefill_apart(plan, self.config.budget_tokens)
         self._in_flight = plan
         return plan
 
     def _schedule_chunked(self, plan: IterationPlan, budget: int) -> None:
         left = budget
-        pool = self.pool
         # 1. Decodes: one token for every running decode, before any prompt token.
         if self._decoding:
             self._reserve_decode_blocks(plan)
             left -= plan.decodes
+        self._schedule_prompt_chunks(plan, left)
+
+    def _schedule_prefill_apart(self, plan: IterationPlan, budget: int) -> None:
+        # 2.-3. Prompt chunks first, the whole budget theirs, no decodes beside them (SGLang's
+        # scheduler: "run prefill first if possible", get_next_batch_to_run).
+        self._schedule_prompt_chunks(plan, budget)
+        if plan.chunks:
+            return
+        # 1. No prompt chunk fits: a decode-only iteration.
+        if self._decoding:
+            self._reserve_decode_blocks(plan)
+
+    def _schedule_prompt_chunks(self, plan: IterationPlan, left: int) -> None:
+        pool = self.pool
         # 2. Partial prefills: the next chunk of each, in admission order; preempt the newest
         # running requests while its blocks do not fit (itself last).
         for r in list(self._prefilling):

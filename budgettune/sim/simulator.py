@@ -28,11 +28,27 @@ class SimResult:
     makespan_s: float  # end of the last iteration
 
 
-def simulate(schedule: Schedule, model: StepModel, config: SchedulerConfig) -> SimResult:
+def simulate(
+    schedule: Schedule,
+    model: StepModel,
+    config: SchedulerConfig,
+    *,
+    concurrency: int | None = None,
+) -> SimResult:
     """Run every request of ``schedule`` to completion. A request that can never fit the KV
-    cache is not run; its record carries the reason in ``error`` and no tokens."""
+    cache is not run; its record carries the reason in ``error`` and no tokens.
+
+    ``concurrency`` N: a closed loop, as the load generator's ``--concurrency``: the first N
+    requests arrive at 0 and each later one the moment an earlier one finishes (or is refused);
+    the schedule's times are not used, and each record's ``target_s``/``sent_s`` is its arrival.
+    """
     n = len(schedule)
-    arrivals = schedule.target_s.tolist()
+    if concurrency is None:
+        arrivals = schedule.target_s.tolist()
+        opened = n
+    else:
+        opened = min(max(1, concurrency), n)  # requests given an arrival time so far
+        arrivals = [0.0] * opened + [float("inf")] * (n - opened)
     prompts = schedule.prompt_tokens.tolist()
     outputs = schedule.output_tokens.tolist()
     sched = Scheduler(config, keep_finished=True)
@@ -51,11 +67,16 @@ def simulate(schedule: Schedule, model: StepModel, config: SchedulerConfig) -> S
                 sched.add(i, prompts[i], outputs[i])
             else:
                 rejected[i] = reason
+                if opened < n:  # closed loop: a refused request frees its slot at once
+                    arrivals[opened] = t
+                    opened += 1
             i += 1
             next_arrival = arrivals[i] if i < n else float("inf")
         if not sched.has_work:
             if i >= n:
                 break
+            if next_arrival == float("inf"):  # a closed loop whose slots all leaked
+                raise RuntimeError(f"request {i} never arrives: no request left in flight")
             t = next_arrival  # idle until the next arrival
             continue
         plan = sched.schedule()
@@ -67,11 +88,19 @@ def simulate(schedule: Schedule, model: StepModel, config: SchedulerConfig) -> S
             plan.prefill_prefix_tokens,
             plan.decodes,
             plan.decode_context_tokens,
+            len(plan.chunks),
         )
         iteration_end.append(t)
         if plan.decodes:
             tick_end.append(t)
-        sched.commit(plan)
+        outcome = sched.commit(plan)
+        if opened < n and outcome.finished_ids:
+            # Closed loop: each finish sends the next request now.
+            for _ in outcome.finished_ids:
+                if opened < n:
+                    arrivals[opened] = t
+                    opened += 1
+            next_arrival = arrivals[i] if i < n else float("inf")
         # Jump over decode-only iterations up to the next finish or arrival.
         horizon = sched.decode_only_horizon()
         if horizon >= _JUMP_MIN_ITERATIONS and next_arrival > t:
@@ -85,7 +114,14 @@ def simulate(schedule: Schedule, model: StepModel, config: SchedulerConfig) -> S
                 done += 1
             iteration_end.extend(tick_end[len(tick_end) - done :])
             sched.advance_decode_only(done)
-    records = _records(schedule, sched, rejected, np.asarray(iteration_end), np.asarray(tick_end))
+    records = _records(
+        schedule,
+        np.asarray(arrivals),
+        sched,
+        rejected,
+        np.asarray(iteration_end),
+        np.asarray(tick_end),
+    )
     return SimResult(
         records=records,
         iterations=sched.iterations,
@@ -97,6 +133,7 @@ def simulate(schedule: Schedule, model: StepModel, config: SchedulerConfig) -> S
 
 def _records(
     schedule: Schedule,
+    arrivals_s: np.ndarray,
     sched: Scheduler,
     rejected: dict[int, str],
     iteration_end: np.ndarray,
@@ -104,7 +141,7 @@ def _records(
 ) -> list[RequestRecord]:
     out: list[RequestRecord] = []
     for i in range(len(schedule)):
-        target = float(schedule.target_s[i])
+        target = float(arrivals_s[i])
         record = RequestRecord(
             request_id=i,
             prompt_tokens=int(schedule.prompt_tokens[i]),

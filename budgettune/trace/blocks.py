@@ -10,6 +10,9 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import os
+import stat
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,18 +25,81 @@ from budgettune.core.errors import TraceError
 from budgettune.trace.schema import IntArray
 
 BLOCK_BYTES = 8 << 20
+MAX_LINE_BYTES = 4 << 20  # one line of a trace: a request is a few hundred bytes
+MAX_STREAM_BYTES = 1 << 30  # a trace read from a pipe or FIFO is kept (spooled) up to this
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _BOM = b"\xef\xbb\xbf"
 
 
-def open_trace_file(path: str | Path) -> BinaryIO:
-    """Open ``path`` for binary reading, decompressing gzip or zstd (by magic bytes, so the
-    suffix does not matter). Raises TraceError for a missing file or for zstd without the
-    ``zstandard`` package."""
+class TracePath(str):
+    """A trace's name as the user gave it (what messages show: ``/dev/stdin``), read from
+    ``source``: the file itself, or the spooled copy of a pipe's bytes."""
+
+    source: str
+
+    def __new__(cls, name: str, source: str) -> TracePath:
+        made = super().__new__(cls, name)
+        made.source = source
+        return made
+
+
+@dataclass(slots=True)
+class Spooled:
+    """A trace path usable by every reader (each may open it more than once), and the copy to
+    remove when done (None for a regular file, which is read in place)."""
+
+    path: str
+    copy: Path | None = None
+
+    def close(self) -> None:
+        if self.copy is not None:
+            self.copy.unlink(missing_ok=True)
+
+
+def spool(path: str | Path) -> Spooled:
+    """``path`` ready to be opened more than once: a regular file as it is; a pipe, a FIFO or
+    a device read once, up to MAX_STREAM_BYTES, into a temporary file. Raises TraceError."""
     name = str(path)
     try:
-        raw = open(name, "rb")  # noqa: SIM115 - returned to the caller, who closes it
+        mode = os.stat(name).st_mode
+    except FileNotFoundError:
+        raise TraceError("no such file", path=name) from None
+    except OSError as error:
+        raise TraceError(f"cannot open: {error.strerror}", path=name) from None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return Spooled(name)
+    fd, copy_name = tempfile.mkstemp(prefix="budgettune-trace-")
+    copy = Path(copy_name)
+    try:
+        with os.fdopen(fd, "wb") as out, open(name, "rb") as stream:
+            total = 0
+            while block := stream.read(BLOCK_BYTES):
+                total += len(block)
+                if total > MAX_STREAM_BYTES:
+                    raise TraceError(
+                        f"more than {MAX_STREAM_BYTES >> 20:,} MiB from a pipe; save it to a "
+                        "file first",
+                        path=name,
+                    )
+                out.write(block)
+    except OSError as error:
+        copy.unlink(missing_ok=True)
+        raise TraceError(f"cannot read: {error.strerror or error}", path=name) from None
+    except BaseException:
+        copy.unlink(missing_ok=True)
+        raise
+    return Spooled(TracePath(name, copy_name), copy)
+
+
+def open_trace_file(path: str | Path) -> BinaryIO:
+    """Open ``path`` (a :class:`TracePath` from :func:`spool` reads its copy) for binary
+    reading, decompressing gzip or zstd (by magic bytes, so the suffix does not matter). Raises
+    TraceError for a missing file or for zstd without the ``zstandard`` package."""
+    name = str(path)
+    source = getattr(path, "source", name)
+    try:
+        raw = open(source, "rb")  # noqa: SIM115 - returned to the caller, who closes it
     except FileNotFoundError:
         raise TraceError("no such file", path=name) from None
     except IsADirectoryError:
@@ -44,7 +110,7 @@ def open_trace_file(path: str | Path) -> BinaryIO:
     raw.seek(0)
     if magic.startswith(_GZIP_MAGIC):
         raw.close()  # gzip.open owns (and closes) its own file
-        return gzip.open(name, "rb")  # type: ignore[return-value]
+        return gzip.open(source, "rb")  # type: ignore[return-value]
     if magic == _ZSTD_MAGIC:
         try:
             import zstandard
@@ -100,6 +166,12 @@ def iter_raw_blocks(
             data = pending + chunk
             cut = data.rfind(b"\n")
             if cut < 0:
+                if len(data) > MAX_LINE_BYTES:
+                    raise TraceError(
+                        f"a line longer than {MAX_LINE_BYTES >> 20} MiB; is it a trace?",
+                        path=path,
+                        line=next_line,
+                    )
                 pending = data
                 continue
             data, pending = data[:cut], data[cut + 1 :]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from budgettune.core.errors import SpecError, TraceError
+from budgettune.core.errors import SpecError, TraceError, shorten
 from budgettune.trace.blocks import iter_csv_blocks, open_trace_file, read_csv_header, read_head
 from budgettune.trace.convert import TimeColumn, parse_int_column
 from budgettune.trace.schema import IntArray, RawRows
@@ -24,7 +24,7 @@ def _read_csv(path: str, roles: dict[str, str], optional: frozenset[str] = froze
             if role in optional:
                 continue
             raise TraceError(
-                f"missing column; the header has: {', '.join(header.names)}",
+                f"missing column; the header has: {shorten(', '.join(header.names))}",
                 path=path,
                 line=header.line,
                 field=name,

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from budgettune.core.errors import SpecError
+from budgettune.core.limits import MAX_TOKENS
+
+MAX_SIGMA = 10.0  # a lognormal's sigma: e^10 is already 22,000 times the median
 
 _KNOWN = {
     "lognormal": ({"mean", "sigma", "min", "max"}, "lognormal:mean=1000,sigma=1.0,max=8192"),
@@ -42,7 +45,7 @@ class LengthDist:
         else:
             mu = math.log(self.mean) - self.sigma**2 / 2.0
             values = rng.lognormal(mu, self.sigma, size=n)
-        upper = self.max_tokens if self.max_tokens is not None else np.inf
+        upper = self.max_tokens if self.max_tokens is not None else MAX_TOKENS
         return np.clip(np.rint(values), self.min_tokens, upper).astype(np.int64)
 
 
@@ -53,7 +56,7 @@ def parse_length_dist(spec: str, *, field: str = "prompt_dist") -> LengthDist:
     kind = kind.strip().lower()
     if kind not in _KNOWN:
         examples = "; ".join(example for _, example in _KNOWN.values())
-        raise SpecError(f"unknown distribution {spec!r}; use one of: {examples}", field=field)
+        raise SpecError(f"unknown distribution {text[:40]!r}; use one of: {examples}", field=field)
     allowed, example = _KNOWN[kind]
     if kind == "fixed":
         try:
@@ -62,6 +65,8 @@ def parse_length_dist(spec: str, *, field: str = "prompt_dist") -> LengthDist:
             raise SpecError(f"{spec!r}: expected e.g. {example}", field=field) from None
         if value < 1:
             raise SpecError(f"{spec!r}: length must be at least 1", field=field)
+        if value > MAX_TOKENS:
+            raise SpecError(f"{spec!r}: at most {MAX_TOKENS:,} tokens", field=field)
         return LengthDist("fixed", mean=value, min_tokens=value, max_tokens=value, spec=text)
     params: dict[str, float] = {}
     for part in filter(None, (p.strip() for p in rest.split(","))):
@@ -81,6 +86,9 @@ def parse_length_dist(spec: str, *, field: str = "prompt_dist") -> LengthDist:
             ) from None
         if not math.isfinite(params[key]) or params[key] <= 0:
             raise SpecError(f"{spec!r}: {key} must be positive", field=field)
+        limit = MAX_SIGMA if key == "sigma" else MAX_TOKENS
+        if params[key] > limit:
+            raise SpecError(f"{spec!r}: {key} must be at most {limit:,g}", field=field)
     min_tokens = int(params.get("min", 1))
     max_tokens = int(params["max"]) if "max" in params else None
     if max_tokens is not None and max_tokens < min_tokens:

@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from budgettune.core.errors import SpecError, TraceError
+from budgettune.core.errors import SpecError, TraceError, shorten
 from budgettune.trace import csvformats, jsonformats
 from budgettune.trace.blocks import read_csv_header, read_head
 from budgettune.trace.schema import RawRows
@@ -102,8 +102,8 @@ def detect_format(path: str) -> str:
     if first[:1] in (b"{", b"["):
         try:
             obj = json.loads(first)
-        except ValueError:
-            obj = None  # a pretty-printed document spans lines
+        except (ValueError, RecursionError):
+            obj = None  # a pretty-printed document spans lines (or it is no JSON at all)
         if obj is None:
             # a JSON document over several lines (or longer than the head): vllm bench results
             if b'"input_lens"' in head:
@@ -119,7 +119,7 @@ def detect_format(path: str) -> str:
                 return "mooncake"
             if obj.keys() & {"prompt_tokens", "output_tokens"}:
                 return "budgettune"
-        keys = ", ".join(obj) if isinstance(obj, dict) else type(obj).__name__
+        keys = shorten(", ".join(obj)) if isinstance(obj, dict) else type(obj).__name__
         raise TraceError(
             f"cannot tell the format from a JSON line with keys {keys}; known formats: {known}",
             path=path,
@@ -136,7 +136,7 @@ def detect_format(path: str) -> str:
     if len(partial) == 1:
         return partial[0]
     raise TraceError(
-        f"cannot tell the format from the header {','.join(header.names)!r}; "
+        f"cannot tell the format from the header {shorten(repr(','.join(header.names)))}; "
         f"known formats: {known}",
         path=path,
         line=header.line,

@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from budgettune.core.errors import TraceError
+from budgettune.core import jsonio
+from budgettune.core.errors import TraceError, UserError
 from budgettune.trace.blocks import iter_line_blocks, open_trace_file
 from budgettune.trace.schema import IntArray, RawRows, RowLocation
 
@@ -26,7 +27,7 @@ def _iter_json_objects(path: str) -> Iterator[tuple[list[dict[str, Any]], IntArr
             text = b",".join(lines)
             try:
                 objects = json.loads(b"[" + text + b"]")
-            except ValueError:
+            except (ValueError, RecursionError):
                 objects = None
             if objects is None or len(objects) != len(lines):
                 objects = []
@@ -35,6 +36,14 @@ def _iter_json_objects(path: str) -> Iterator[tuple[list[dict[str, Any]], IntArr
                         continue
                     try:
                         objects.append(json.loads(raw))
+                    except RecursionError:
+                        raise TraceError(
+                            "nested too deep to be a trace record", path=path, line=int(number)
+                        ) from None
+                    except UnicodeDecodeError:
+                        raise TraceError(
+                            "not UTF-8 text; is it a trace?", path=path, line=int(number)
+                        ) from None
                     except ValueError as error:
                         message = getattr(error, "msg", str(error))
                         raise TraceError(
@@ -57,13 +66,14 @@ def _json_numbers(
         array = np.array(values)
     except (ValueError, OverflowError):
         array = np.array([], dtype=object)
-    kind = array.dtype.kind
+    kind = array.dtype.kind if array.ndim == 1 else "O"
     if len(values) == 0:
         return np.empty(0, dtype=np.int64 if whole else np.float64)
-    if kind in "iu" and len(array) == len(values):
+    if kind in "iu" and len(array) == len(values) and not _has_bool(values):
         return array.astype(np.int64 if whole else np.float64)
     if (
         kind == "f"
+        and not _has_bool(values)
         and np.all(np.isfinite(array))
         and (not whole or np.all(array == np.rint(array)))
         and np.all(np.abs(array) < 2**62)
@@ -73,14 +83,26 @@ def _json_numbers(
         if value is None:
             raise where(i).error("missing (or null)", path)
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise where(i).error(f"{value!r} is not a number", path)
+            raise where(i).error(f"{_short(value)} is not a number", path)
         if isinstance(value, int) and abs(value) >= 2**62:
-            raise where(i).error(f"{value!r} is too large", path)
-        if not np.isfinite(value) or (whole and value != int(value)):
-            raise where(i).error(f"{value!r} is not a whole number of tokens", path)
+            raise where(i).error(f"{_short(value)} is too large", path)
+        if not np.isfinite(value):
+            raise where(i).error(f"{value!r} is not a finite number", path)
         if abs(value) >= 2**62:
             raise where(i).error(f"{value!r} is too large", path)
+        if whole and value != int(value):
+            raise where(i).error(f"{value!r} is not a whole number of tokens", path)
     raise AssertionError("unreachable: numpy refused a list every value of which is a number")
+
+
+def _has_bool(values: list[Any]) -> bool:
+    """Whether a JSON ``true`` or ``false`` hides among numbers (numpy reads them as 1 and 0)."""
+    return any(value is True or value is False for value in values)
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _lines_where(lines: IntArray, field_name: str) -> Callable[[int], RowLocation]:
@@ -185,9 +207,11 @@ def read_mooncake(path: str, columns: str | None) -> RawRows:
         parts["a"].append(ms / 1e3)
         for obj, number in zip(objects, lines, strict=True):
             ids = obj.get("hash_ids", [])
-            if not isinstance(ids, list):
+            if not isinstance(ids, list) or not all(
+                isinstance(block, int | str) and not isinstance(block, bool) for block in ids
+            ):
                 raise TraceError(
-                    f"expected a list of block hashes, got {ids!r}",
+                    f"expected a list of block hashes (numbers), got {_short(ids)}",
                     path=path,
                     line=int(number),
                     field="hash_ids",
@@ -211,12 +235,16 @@ def read_mooncake(path: str, columns: str | None) -> RawRows:
 
 
 def read_vllm_bench(path: str, columns: str | None) -> RawRows:
-    with open_trace_file(path) as stream:
-        text = stream.read()
+    # vllm bench writes NaN where a value is missing: allowed, refused where it is read.
     try:
-        document = json.loads(text)
-    except ValueError as error:
-        raise TraceError(f"not valid JSON ({getattr(error, 'msg', error)})", path=path) from None
+        with open_trace_file(path) as stream:
+            document = jsonio.read_stream_json(
+                stream, path, "vllm bench result", max_bytes=jsonio.RESULTS_BYTES, allow_nan=True
+            )
+    except (OSError, EOFError) as error:
+        raise TraceError(f"cannot read (corrupt or truncated?): {error}", path=path) from None
+    except UserError as error:
+        raise TraceError(error.message.removeprefix(f"{path}: "), path=path) from None
     if not isinstance(document, dict) or "input_lens" not in document:
         raise TraceError("not a vllm bench result: no 'input_lens' list", path=path)
     n = len(document["input_lens"]) if isinstance(document["input_lens"], list) else -1

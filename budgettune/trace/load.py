@@ -7,12 +7,14 @@ Nothing is printed: warnings go to ``on_warning`` and into the report.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from budgettune.core.errors import SpecError, TraceError
+from budgettune.trace.blocks import spool
 from budgettune.trace.formats import detect_format, get_format
 from budgettune.trace.schema import IntArray, LoadReport, RawRows, Trace, plural
 
@@ -39,6 +41,37 @@ def load_trace(
     Raises TraceError (file:line, field) for bad content, SpecError for bad option values.
     """
     name = str(path)
+    spooled = spool(path)  # a pipe or FIFO is read once, here
+    try:
+        return _load(spooled.path, name, format, columns, max_model_len, on_long, strict,
+                     on_warning)  # fmt: skip
+    finally:
+        spooled.close()
+
+
+def file_sha256(path: str) -> str | None:
+    """Hex SHA-256 of a trace's bytes (as stored: a .gz file's compressed bytes), None when it
+    cannot be read."""
+    digest = hashlib.sha256()
+    try:
+        with open(getattr(path, "source", path), "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    except OSError:
+        return None
+    return digest.hexdigest()
+
+
+def _load(
+    name: str,
+    shown: str,
+    format: str | None,
+    columns: str | None,
+    max_model_len: int | None,
+    on_long: str,
+    strict: bool,
+    on_warning: Warn | None,
+) -> tuple[Trace, LoadReport]:
     if on_long not in ON_LONG:
         raise SpecError(
             f"unknown value {on_long!r}; use one of {', '.join(ON_LONG)}", field="on_long"
@@ -82,11 +115,11 @@ def load_trace(
         arrival_s=rows.arrival_s,
         prefix_group=rows.prefix_group,
         prefix_tokens=rows.prefix_tokens,
-        source=name,
+        source=shown,
         format=fmt.name,
     )
     report = LoadReport(
-        path=name,
+        path=shown,
         format=fmt.name,
         requests=len(trace),
         skipped=tuple((reason, count) for reason, count in rows.skipped if count),
@@ -95,6 +128,7 @@ def load_trace(
         dropped=dropped,
         max_model_len=max_model_len,
         warnings=tuple(warnings),
+        sha256=file_sha256(name),
     )
     return trace, report
 

@@ -49,30 +49,22 @@ def parse_window(text: str) -> tuple[float, float]:
     start_text, colon, end_text = str(text).partition(":")
     if not colon:
         raise SpecError(
-            f"{text!r} is not START:END (e.g. 10m:20m, or :300 for the start)", field="window"
+            f"{text!r} is not START:END (e.g. 10m:20m, or :300s for the start)", field="window"
         )
-    start = 0.0
-    if start_text.strip() and _float_or_none(start_text) != 0.0:
-        start = _window_bound(start_text, "start")
+    # a window may start where the trace does ("0", "0s"); its end comes after the start
+    start = _window_bound(start_text, "start", allow_zero=True) if start_text.strip() else 0.0
     end = _window_bound(end_text, "end") if end_text.strip() else float("inf")
     if not end > start:
         raise SpecError(f"end must come after start, got {text!r}", field="window")
     return start, end
 
 
-def _window_bound(text: str, which: str) -> float:
+def _window_bound(text: str, which: str, *, allow_zero: bool = False) -> float:
     """One end of a window in seconds; the error says which end it is."""
     try:
-        return parse_duration_s(text, field="window")
+        return parse_duration_s(text, field="window", allow_zero=allow_zero)
     except SpecError as error:
         raise SpecError(f"{which}: {error.message}", field="window") from None
-
-
-def _float_or_none(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None
 
 
 def _resolve_mode(trace: Trace, options: ReplayOptions) -> str:

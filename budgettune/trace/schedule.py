@@ -12,6 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from budgettune.core.errors import SpecError
+from budgettune.core.limits import MAX_RATE_PER_S, MAX_REQUESTS, check_count, check_number
 from budgettune.trace.dists import LengthDist
 
 IntArray = npt.NDArray[np.int64]
@@ -67,8 +68,8 @@ def arrival_times_s(
     ``gamma`` follows ``vllm bench serve --burstiness``: the gaps' gamma shape is ``burstiness``,
     so 1 is Poisson, below 1 burstier (CV = 1 / sqrt(burstiness)), above 1 more regular.
     """
-    if not rate_per_s > 0:
-        raise SpecError(f"must be positive, got {rate_per_s!r}", field="rate")
+    check_number(rate_per_s, field="rate", maximum=MAX_RATE_PER_S, what="requests/s")
+    check_count(n, field="requests", maximum=MAX_REQUESTS, minimum=0)
     if n <= 0:
         return np.empty(0)
     if process == "poisson":
@@ -97,8 +98,7 @@ def synthetic_schedule(
     burstiness: float = 1.0,
 ) -> Schedule:
     """A seeded schedule with lengths from two distributions and the given arrival process."""
-    if requests <= 0:
-        raise SpecError(f"must be positive, got {requests!r}", field="requests")
+    check_count(requests, field="requests", maximum=MAX_REQUESTS, what="requests")
     rng = np.random.default_rng(seed)
     times = arrival_times_s(rng, requests, rate_per_s, process=process, burstiness=burstiness)
     return Schedule(
@@ -124,13 +124,21 @@ def bounded_arrival_times_s(
         raise SpecError(
             "give at least one of --requests and --duration to bound the run", field="requests"
         )
-    if requests is not None and requests <= 0:
-        raise SpecError(f"must be positive, got {requests!r}", field="requests")
+    if requests is not None:
+        check_count(requests, field="requests", maximum=MAX_REQUESTS, what="requests")
+    check_number(rate_per_s, field="rate", maximum=MAX_RATE_PER_S, what="requests/s")
     if duration_s is None:
         assert requests is not None
         return arrival_times_s(rng, requests, rate_per_s, process=process, burstiness=burstiness)
     if not duration_s > 0:
         raise SpecError(f"must be positive, got {duration_s!r}", field="duration")
+    expected = rate_per_s * duration_s
+    if requests is None and expected > MAX_REQUESTS:
+        raise SpecError(
+            f"{duration_s:g} s at {rate_per_s:g} requests/s is about {expected:,.0f} requests; "
+            f"budgettune sends at most {MAX_REQUESTS:,} in one run",
+            field="duration",
+        )
     # draw in chunks until past the duration; the gaps after the first chunk continue from it
     chunk = max(64, int(rate_per_s * duration_s * 1.1) + 64)
     if requests is not None:

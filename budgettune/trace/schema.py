@@ -146,6 +146,7 @@ class LoadReport:
     dropped: int = 0
     max_model_len: int | None = None
     warnings: tuple[str, ...] = field(default=())
+    sha256: str | None = None  # of the bytes read (a pipe's too, read once)
 
     def summary(self) -> str:
         """One line for terminals: "1,234 requests (azure); skipped 3 rows with ...; clipped 2"."""

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from budgettune.core.errors import SpecError, UserError
+from budgettune.core.errors import SpecError
+from budgettune.core.files import atomic_writer, check_overwrite
+from budgettune.core.limits import MAX_TOKENS, check_count
 from budgettune.trace.dists import LengthDist
 from budgettune.trace.schedule import bounded_arrival_times_s, check_burstiness
 from budgettune.trace.schema import Trace
@@ -40,9 +42,11 @@ def synthesize(
             f"synthetic traces use poisson or gamma, not {arrivals!r}", field="arrivals"
         )
     check_burstiness(burstiness, arrivals)
+    check_count(seed, field="seed", minimum=0, maximum=2**64 - 1)
     for name, value in (("prefix_groups", prefix_groups), ("prefix_tokens", prefix_tokens)):
         if value < 0:
             raise SpecError(f"must not be negative, got {value}", field=name)
+        check_count(value, field=name, minimum=0, maximum=MAX_TOKENS)
     if (prefix_groups > 0) != (prefix_tokens > 0):
         raise SpecError(
             "give both --prefix-groups and --prefix-tokens (or neither)",
@@ -94,17 +98,32 @@ def jsonl_lines(trace: Trace) -> Iterator[str]:
         yield json.dumps(row, separators=(", ", ": "))
 
 
+TRACE_KEYS = frozenset({"arrival_s", "prompt_tokens", "output_tokens", "prefix_group",
+                        "prefix_tokens"})  # fmt: skip
+
+
+def is_budgettune_trace(head: bytes) -> bool:
+    """Whether a file's first bytes are a trace in budgettune's JSON Lines (what `trace synth`
+    writes): a first line that is an object of the trace's keys only."""
+    first = head.split(b"\n", 1)[0].strip()
+    try:
+        row = json.loads(first)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(row, dict) and bool(row) and set(row) <= TRACE_KEYS
+
+
 def write_jsonl(trace: Trace, path: str | Path) -> None:
-    """Write ``trace`` as budgettune JSON Lines to ``path`` ("-" for stdout). Raises UserError
-    when the file cannot be written."""
+    """Write ``trace`` as budgettune JSON Lines to ``path`` ("-" for stdout), atomically and
+    over a trace budgettune wrote only. Raises UserError (field ``output``) when the path is a
+    folder, someone else's file or cannot be written, StorageError when the disk is full."""
     if str(path) == "-":
         for line in jsonl_lines(trace):
             sys.stdout.write(line + "\n")
         sys.stdout.flush()
         return
-    try:
-        with open(path, "w", encoding="utf-8") as out:
-            for line in jsonl_lines(trace):
-                out.write(line + "\n")
-    except OSError as error:
-        raise UserError(f"-o: cannot write {str(path)!r}: {error.strerror}") from None
+    target = Path(path)
+    check_overwrite(target, is_budgettune_trace, field="output", what="trace file")
+    with atomic_writer(target, field="output") as out:
+        for line in jsonl_lines(trace):
+            out.write(line + "\n")

@@ -1,12 +1,12 @@
 """The GPU a real engine will run on when --gpu is not given: `nvidia-smi` (through
 :func:`~budgettune.model.profile.detect_hardware`), matched to a preset by name, with its memory
-read too, so an unknown card still gets the engine's default-budget rule."""
+read too, so an unknown card still gets the engine's default-budget rule
+(``budgettune.core.engine_defaults``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from budgettune.core.engine_defaults import default_budget
 from budgettune.core.hardware import GPU, resolve_gpu
 from budgettune.model.profile import detect_hardware, query_gpus
 
@@ -22,11 +22,6 @@ class DetectedGPU:
     count: int
     memory_bytes: float | None  # nvidia-smi's memory.total, else the preset's
     preset: GPU | None
-
-    def default_budget(self, engine: str) -> tuple[int, str]:
-        """The engine's default budget on this GPU and the rule that gave it."""
-        found = default_budget(engine, self.name, self.memory_bytes)
-        return found.budget_tokens, found.rule
 
     def describe(self) -> str:
         """e.g. "NVIDIA H100 80GB HBM3 x8 (nvidia-smi, 79.6 GiB; preset h100-sxm)"."""

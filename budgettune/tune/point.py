@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from budgettune.core.confidence import Confidence
 from budgettune.core.units import finite_or_none, ms_or_none
 from budgettune.loadgen.stop import StopReason
 
@@ -33,6 +34,7 @@ class Status(StrEnum):
     ENGINE_FAILED = "engine_failed"  # the engine did not start
     CRASHED = "crashed"  # the engine exited during the replay
     ABORTED = "aborted"  # the replay stopped on --max-error-rate
+    LOST = "lost"  # the worker or node running it was lost (Ray); re-queued once, --resume reruns
 
     @property
     def text(self) -> str:
@@ -144,6 +146,9 @@ class Goodput:
     probes: tuple[GoodputProbe, ...]
 
 
+Interval = tuple[float | None, float | None]  # [low, high] ms; None: an unbounded end
+
+
 @dataclass(frozen=True, slots=True)
 class Point:
     """One budget the sweep verified live.
@@ -178,6 +183,14 @@ class Point:
     results_file: str | None = None
     selfcheck: Mapping[str, Any] | None = None
     goodput: Goodput | None = None
+    tbt_ci_ms: Interval | None = None
+    ttft_ci_ms: Interval | None = None
+    confidence: Confidence | None = None  # None: not measured, or a document from before it
+    replays: int = 1
+    client_warnings: tuple[str, ...] = ()
+    replay_files: tuple[str, ...] = ()  # results.json of every replay but results_file's
+    slot: int | None = None  # the slot it ran on (sweep --parallel); None: the sweep's own process
+    round: int | None = None  # the search round it was verified in (1, 2, ...)
 
     @property
     def is_measured(self) -> bool:
@@ -189,11 +202,24 @@ class Point:
         purpose (not failures), its throughput is partial."""
         return self.stopped_by is StopReason.EARLY_STOP
 
+    @property
+    def marginal(self) -> bool:
+        """Measured, and its verdict lies inside its intervals."""
+        return self.confidence is Confidence.MARGINAL
+
+    @property
+    def clear_pass(self) -> bool:
+        """Measured, met both SLOs, and both intervals lie within them (a document from before
+        intervals: its pass is taken as it was)."""
+        return self.ok and self.confidence is not Confidence.MARGINAL
+
 
 __all__ = [
     "AtSlo",
+    "Confidence",
     "Goodput",
     "GoodputProbe",
+    "Interval",
     "PercentilesMs",
     "Point",
     "Predicted",

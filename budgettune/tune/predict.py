@@ -48,10 +48,12 @@ def predict(
     *,
     q: float,
     warmup_requests: int = 0,
+    concurrency: int | None = None,
 ) -> Prediction:
-    """Simulate ``schedule`` at one budget and read the q-quantiles the SLOs constrain."""
+    """Simulate ``schedule`` at one budget and read the q-quantiles the SLOs constrain
+    (``concurrency``: a closed loop with that many in flight, as the replays will send)."""
     config = dataclasses.replace(scheduler, budget_tokens=budget_tokens)
-    records = simulate(schedule, model, config).records
+    records = simulate(schedule, model, config, concurrency=concurrency).records
     kept = sorted(records, key=lambda r: (r.target_s, r.request_id))[warmup_requests:]
     gaps = tbt_s(kept)
     return Prediction(

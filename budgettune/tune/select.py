@@ -1,6 +1,6 @@
 """The sweep's verdict: the largest verified budget meeting both SLOs, with the reasons a user
 needs (the cliff above it, the engine default, what binds when nothing is feasible), and the
-files that carry it: recommendation.json, vllm.yaml, sglang.args."""
+files that carry it: recommendation.json, vllm.yaml or sglang.args."""
 
 from __future__ import annotations
 
@@ -36,6 +36,56 @@ def _ms(value_ms: float | None) -> str:
 RATE_TOLERANCE = 0.02  # a realised rate within 2% of the asked one is that rate
 
 
+def interval_text(interval: tuple[float | None, float | None]) -> str:
+    """``[low, high]`` ms as "23.9-25.4 ms" (an open end: "> 23.9 ms")."""
+    low, high = interval
+    if high is None:
+        return f"> {_ms(low)}"
+    if low is None:
+        return f"< {_ms(high)}"
+    return f"{format_ms(low / 1e3).removesuffix(' ms')}-{_ms(high)}"
+
+
+def marginal_text(point: Point, p: str, slo_tbt_s: float, slo_ttft_s: float) -> str:
+    """Each figure whose 95% interval holds its SLO: "p99 TBT 24.6 ms (95% interval
+    23.9-25.4 ms) against 25.0 ms"."""
+    parts = []
+    for name, value_ms, interval, slo_s in (
+        ("TBT", point.tbt_ms, point.tbt_ci_ms, slo_tbt_s),
+        ("TTFT", point.ttft_ms, point.ttft_ci_ms, slo_ttft_s),
+    ):
+        if interval is None:
+            continue
+        low, high = interval
+        slo_ms = slo_s * 1e3
+        if (low is None or low <= slo_ms) and (high is None or high > slo_ms):
+            parts.append(
+                f"{p} {name} {_ms(value_ms)} (95% interval {interval_text(interval)}) "
+                f"against {format_ms(slo_s)}"
+            )
+    return "; ".join(parts) or "its interval touches an SLO"
+
+
+def _marginal_reason(
+    best: Point, passing: Sequence[Point], p: str, slo_tbt_s: float, slo_ttft_s: float
+) -> str:
+    """The recommendation rests on a marginal pass: say so, and name the next budget down that
+    passed clearly."""
+    after = f" after {best.replays} replays" if best.replays > 1 else ""
+    text = (
+        f"The pass at {best.budget} is marginal{after}: "
+        f"{marginal_text(best, p, slo_tbt_s, slo_ttft_s)}; another run may break it."
+    )
+    below = [pt for pt in passing if pt.budget < best.budget and pt.clear_pass]
+    if below:
+        safe = below[-1]
+        return text + (
+            f" {safe.budget} passed clearly ({p} TBT {_ms(safe.tbt_ms)}, {p} TTFT "
+            f"{_ms(safe.ttft_ms)}): run it where the SLO must hold every time."
+        )
+    return text + " No smaller budget passed clearly."
+
+
 def rate_text(
     rate_per_s: float, asked_rate_per_s: float | None = None, requests: int | None = None
 ) -> str:
@@ -60,13 +110,19 @@ def recommend(
     baseline_label: str = "Your engine default",
     asked_rate_per_s: float | None = None,
     requests: int | None = None,
+    concurrency: int | None = None,
 ) -> Recommendation:
     """Pick the largest measured budget that met both SLOs and explain the choice.
 
     ``rate_per_s`` is the schedule's realised rate; ``asked_rate_per_s`` (--rate), when it
-    differs by more than 2%, is named beside it with the ``requests`` it was realised over."""
+    differs by more than 2%, is named beside it with the ``requests`` it was realised over.
+    ``concurrency``: the replays ran a closed loop with that many in flight (no rate then)."""
     p = f"p{percentile:g}"
-    load = rate_text(rate_per_s, asked_rate_per_s, requests)
+    load = (
+        rate_text(rate_per_s, asked_rate_per_s, requests)
+        if concurrency is None
+        else f"{concurrency} in flight (closed loop)"
+    )
     slo_tbt, slo_ttft = format_ms(slo_tbt_s), format_ms(slo_ttft_s)
     measured = sorted((pt for pt in points if pt.is_measured), key=lambda pt: pt.budget)
     passing = [pt for pt in measured if pt.ok]
@@ -87,6 +143,8 @@ def recommend(
             f"{p} TTFT {_ms(best.ttft_ms)} <= {slo_ttft} at {load}."
         )
         above = [pt for pt in measured if pt.budget > best.budget]
+        if best.marginal:
+            reasons.append(_marginal_reason(best, passing, p, slo_tbt_s, slo_ttft_s))
         if above:
             reasons.insert(0, f"{above[0].budget} {_breaks(above[0], p)}.")
         elif best.budget == max(candidates.budgets, default=best.budget):

@@ -82,6 +82,58 @@ def next_index(state: SearchState, predicted: Sequence[Verdict]) -> int | None:
     return open_[len(open_) // 2]
 
 
+def next_indices(state: SearchState, predicted: Sequence[Verdict], slots: int) -> list[int]:
+    """Up to ``slots`` candidates to verify at once (one round), or [] when the answer is
+    proven. With one slot this is exactly :func:`next_index`.
+
+    The first round takes the predicted upper end and its neighbours, alternating above and
+    below (the one above shows the cliff). Later rounds take the neighbour above the best pass
+    when it is still unverified, and cut what is still open into equal parts (k-section), so
+    each round narrows the interval the most the slots allow.
+    """
+    if slots <= 1:
+        index = next_index(state, predicted)
+        return [] if index is None else [index]
+    if state.done():
+        return []
+    open_ = state.open_indices()
+    if not state.verified:
+        start = _predicted_start(predicted)
+        if start not in open_:
+            start = open_[len(open_) // 2]
+        order = [start]
+        for step in range(1, state.n):
+            order += [start + step, start - step]
+        return sorted([i for i in order if i in open_][:slots])
+    picks: list[int] = []
+    above = state.best_pass + 1
+    if state.best_pass >= 0 and above < state.n and above not in state.verified:
+        picks.append(above)
+    rest = [i for i in open_ if i not in picks]
+    want = slots - len(picks)
+    if want > 0 and rest:
+        if len(rest) <= want:
+            picks += rest
+        else:  # k-section: the points that cut what is open into want + 1 equal parts
+            chosen = {rest[round((j + 1) * (len(rest) - 1) / (want + 1))] for j in range(want)}
+            picks += sorted(chosen)
+    return sorted(set(picks))
+
+
+def clear_fallback(state: SearchState, clear: set[int]) -> int | None:
+    """When the search's answer (its best pass) is marginal: the largest candidate below it not
+    yet verified and not ruled out by a TTFT failure, so that the verdict can name a budget that
+    passed clearly. None when the answer is clear, a clear pass below it is known, or no
+    candidate is left. ``clear``: the indices verified as clear passes."""
+    best = state.best_pass
+    if best < 0 or best in clear or any(i < best for i in clear):
+        return None
+    for index in range(best - 1, state.ttft_fail_upto, -1):
+        if index not in state.verified:
+            return index
+    return None
+
+
 def _predicted_start(predicted: Sequence[Verdict]) -> int:
     feasible = [i for i, verdict in enumerate(predicted) if verdict.ok]
     if feasible:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from budgettune.core.engine_defaults import DefaultBudget
 from budgettune.core.slo import SLO
 from budgettune.engines.base import LaunchSpec
 from budgettune.loadgen.runner import RunOptions
@@ -42,8 +43,14 @@ class SweepConfig:
     align_tokens: int = 256
     default_budget: int | None = None  # the "what you run today" line (engine default or given)
     baseline_label: str = "Your engine default"
+    # The engine's own defaults and where they came from (asked, or budgettune's table); None:
+    # not needed (a baseline and --max-num-seqs given) or unknowable (a running server).
+    engine_defaults: DefaultBudget | None = None
     goodput: bool = False
     exhaustive: bool = False  # verify every candidate in full (the grid peers run), no search
+    # Replays a budget may get, the first counted: more while its verdict is marginal or the
+    # load generator was unhealthy (app/verify.py).
+    max_replays: int = 3
     resume: bool = False
     settings: Mapping[str, object] = field(default_factory=dict)  # recorded as given
     command: tuple[str, ...] = ()

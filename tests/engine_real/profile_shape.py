@@ -29,6 +29,7 @@ class ShapeFigures:
     engine: str
     knee_found: bool
     knee_reason: str
+    knee_tokens: float | None
     prefill_tokens: tuple[int, int]
     prefill_exponent: float
     prefill_growth: float
@@ -105,6 +106,20 @@ def _pooled_exponent(groups: dict[int, list[tuple[float, float]]]) -> float:
     return float(x @ y / (x @ x)) if len(x) and x @ x > 0 else math.nan
 
 
+def slope_rise(prefill_ms: dict[int, float], split_tokens: float) -> float:
+    """How many times steeper prefill time grows above ``split_tokens`` than below it: the
+    slopes of two least-squares lines over the sizes from PREFILL_FROM_TOKENS to the split and
+    beyond it (NaN with fewer than 3 sizes on a side). A line gives about 1; a knee more."""
+    below = sorted(p for p in prefill_ms if PREFILL_FROM_TOKENS <= p <= split_tokens)
+    above = sorted(p for p in prefill_ms if p > split_tokens)
+    if len(below) < 3 or len(above) < 3:
+        return math.nan
+    low, high = (
+        float(np.polyfit(side, [prefill_ms[p] for p in side], 1)[0]) for side in (below, above)
+    )
+    return high / low if low > 0 else math.inf
+
+
 def shape_figures(doc: dict[str, Any]) -> ShapeFigures:
     """The shape figures of a profile JSON document (as saved by `budgettune profile -o`)."""
     prefill = {p: t for p, _, _, t in _medians(doc, "prefill")}
@@ -142,6 +157,7 @@ def shape_figures(doc: dict[str, Any]) -> ShapeFigures:
         engine=str(doc["engine"]["name"]),
         knee_found=bool(ridge.get("knee_found")),
         knee_reason=str(ridge.get("reason", "no ridge fit")),
+        knee_tokens=float(ridge["knee_tokens"]) if ridge.get("knee_found") else None,
         prefill_tokens=(sizes[0], sizes[-1]),
         prefill_exponent=prefill_exp,
         prefill_growth=(sizes[-1] / sizes[0]) ** prefill_exp,

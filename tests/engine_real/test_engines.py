@@ -1,6 +1,6 @@
 """vLLM and SGLang engines without the real servers: command building, pass-through checks,
 version probing, and the whole launch/measure/stop lifecycle against a stand-in server the tests
-write (SGLang cannot be installed here; the real vLLM is in test_vllm_cpu.py)."""
+write (the real vLLM is in test_vllm_*.py, the real SGLang in test_sglang_*.py)."""
 
 from __future__ import annotations
 
@@ -391,3 +391,22 @@ def test_standin_killed_mid_replay_is_reported_crashed(tmp_path: Path) -> None:
     assert result.summary.failed == 2 and not result.complete
     assert all("stream cut" in (live.record.error or "") for live in result.outcome.records)
     assert pids_marked(tmp_path.name) == []
+
+
+def test_sglang_on_cpu_gets_its_cpu_engine_variable() -> None:
+    # SGLang's CPU path needs SGLANG_USE_CPU_ENGINE=1 (sglang/srt/utils/common.py is_cpu()).
+    engine = SglangEngine()
+    for args in (
+        ("--device", "cpu"),
+        ("--device=cpu",),
+        ("--max-total-tokens", "9", "--device", "cpu"),
+    ):
+        assert engine.environment(LaunchSpec(model="/m", extra_args=args)) == {
+            "SGLANG_USE_CPU_ENGINE": "1"
+        }
+    kept = LaunchSpec(
+        model="/m", extra_args=("--device", "cpu"), env={"SGLANG_USE_CPU_ENGINE": "0"}
+    )
+    assert engine.environment(kept) == {"SGLANG_USE_CPU_ENGINE": "0"}  # the user's choice stays
+    for args in ((), ("--device", "cuda"), ("--device",), ("cpu",)):
+        assert engine.environment(LaunchSpec(model="/m", extra_args=args)) == {}

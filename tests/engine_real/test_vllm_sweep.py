@@ -1,9 +1,11 @@
 """`budgettune sweep` against the real vLLM CPU build, through the installed command: without
---profile it runs the profile step on vLLM first, then writes a vllm.yaml that `vllm serve
---config` accepts (the server starts and answers /health)."""
+--profile it runs the profile step on vLLM first, takes its baseline from the installed vLLM's
+own defaults, then writes a vllm.yaml that `vllm serve --config` accepts (the server starts and
+answers /health) and that carries the budget and only what the user set."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -15,9 +17,12 @@ import httpx
 import pytest
 from vllm_env import (
     API_SERVER,
-    MARK_VAR,
+    ENGINE_FLAGS,
     build_model,
+    cpu_env,
     engine_cmd_text,
+    engine_flag_args,
+    env_args,
     on_client_core,
     pids_marked,
     stop_group,
@@ -51,17 +56,14 @@ def test_sweep_on_vllm_writes_a_config_vllm_serves(
     write_trace(trace)
     run_dir = tmp_path / "run"
     mark = f"sweep-{uuid.uuid4().hex[:8]}"
-    env_args = [
-        "--env", "VLLM_CPU_KVCACHE_SPACE=1", "--env", "HF_HUB_OFFLINE=1",
-        "--env", f"VLLM_CACHE_ROOT={tmp_path / 'cache'}", "--env", f"{MARK_VAR}={mark}",
-    ]  # fmt: skip
     started = time.monotonic()
     result = subprocess.run(
         on_client_core([
             *budgettune_cmd, "sweep", "--engine", "vllm",
-            "--engine-cmd", engine_cmd_text(python), "--model", str(model),
-            "--dtype", "float32", *env_args, "--max-num-seqs", "16",
-            "--budgets", "256,1024", "--baseline", "none", "--trace", str(trace),
+            "--engine-cmd", engine_cmd_text(python), *engine_flag_args(), "--model", str(model),
+            "--dtype", "float32", *env_args(tmp_path / "cache", mark), "--max-num-seqs", "16",
+            # 2048 is the CPU build's default budget: the baseline costs no extra launch
+            "--budgets", "256,2048", "--trace", str(trace),
             # SLOs a CPU meets at both budgets: this test is about the config, not the verdict
             "--slo-tbt", "2s", "--slo-ttft", "30s", "--health-timeout", "5m", "-o", str(run_dir),
         ]),
@@ -71,11 +73,11 @@ def test_sweep_on_vllm_writes_a_config_vllm_serves(
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert "engine vllm (as asked)" in result.stderr
     # No --profile: the profile step ran first on the same engine options, sized to the
-    # budgets (prompts to 1024 tokens) and --max-num-seqs (decode batches to 16).
+    # budgets (prompts to 2048 tokens) and --max-num-seqs (decode batches to 16).
     err = " ".join(result.stderr.split())
     profile_path = run_dir / "profile.json"
     assert (
-        f"no --profile: profiling vllm first (prompts to 1024 tokens, decode batches to 16) "
+        f"no --profile: profiling vllm first (prompts to 2048 tokens, decode batches to 16) "
         f"into {profile_path}"
     ) in err, err
     profile = json.loads(profile_path.read_text())
@@ -87,30 +89,49 @@ def test_sweep_on_vllm_writes_a_config_vllm_serves(
     assert (run_dir / "profile.csv").is_file() and (run_dir / "profile.html").is_file()
     doc = json.loads((run_dir / "recommendation.json").read_text())
     assert doc["model_source"] == f"calibrated profile {profile_path} (measured first)"
-    assert doc["budget"] == 1024
+    assert doc["budget"] == 2048
+    # The baseline is the installed vLLM's own answer (its CPU build: 2048 tokens, 128 seqs).
+    defaults = doc["engine"]["defaults"]
+    assert (
+        defaults["source"].startswith("asked vLLM 0.")
+        and "get_batch_defaults" in defaults["source"]
+    )
+    assert doc["engine"]["default_budget"] == defaults["budget_tokens"] == 2048, doc["engine"]
+    assert defaults["max_num_seqs"] == 128
+    assert "engine default budget 2048 (asked vLLM" in err, err
     point = doc["points"][-1]
     assert point["engine"]["name"] == "vllm" and point["engine"]["version"]
     assert point["measured"]["failed"] == 0
-    assert point["measured"]["completed"] == 9
+    # every replay of the budget completed its 9 requests (a marginal or lagging one is replayed)
+    assert point["measured"]["completed"] == 9 * point["replays"]
+    # issue 14: each measured point carries its 95% intervals, holding the estimate, and how
+    # sure its verdict is; with SLOs this loose every verdict is a clear pass
+    for measured in doc["points"]:
+        at = measured["measured"]
+        for metric in ("tbt", "ttft"):
+            low, high = at[f"{metric}_at_slo_ci_ms"]
+            assert low <= at[f"{metric}_at_slo_ms"] <= high, (metric, at)
+        assert measured["confidence"] == "clear" and measured["replays"] >= 1, measured
     assert not pids_marked(mark), "a vLLM process outlived the sweep"
-    yaml_text = (run_dir / "vllm.yaml").read_text()
-    assert "max-num-batched-tokens: 1024" in yaml_text
-    assert f'model: "{model}"' in yaml_text
+    # The budget, and only what the test set (--max-num-seqs, --dtype); no SGLang file for a
+    # sweep measured on vLLM.
+    yaml_lines = [
+        ln for ln in (run_dir / "vllm.yaml").read_text().splitlines() if not ln.startswith("#")
+    ]
+    assert sorted(yaml_lines) == sorted([
+        f'model: "{model}"', "max-num-batched-tokens: 2048", "max-num-seqs: 16", 'dtype: "float32"',
+    ]), yaml_lines  # fmt: skip
+    assert not (run_dir / "sglang.args").exists()
 
     # The written config is what the user runs: vLLM must accept it and come up healthy.
     port = free_port()
     log = tmp_path / "serve-config.log"
-    env = {
-        **os.environ,
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "HF_HUB_OFFLINE": "1",
-        "VLLM_CACHE_ROOT": str(tmp_path / "cache"),
-        MARK_VAR: mark,
-    }
+    env = {**os.environ, **cpu_env(tmp_path / "cache", mark)}
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [str(python), "-m", API_SERVER, "--config", str(run_dir / "vllm.yaml"),
-             "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32"],
+             "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
+             *ENGINE_FLAGS],
             stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
         )  # fmt: skip
     try:
@@ -129,8 +150,11 @@ def test_sweep_on_vllm_writes_a_config_vllm_serves(
         assert served["data"][0]["id"] == str(model)
         # vLLM logs the settings it took from the file
         text = log.read_text()
-        assert "Chunked prefill is enabled with max_num_batched_tokens=1024" in text
-        assert "'max_num_seqs': 16" in text
+        # vLLM logs the settings it took from the file among its "non-default args" (its
+        # "Chunked prefill is enabled with ..." line is logged once per process and value, and
+        # 2048, its CPU default, was logged before the file was read)
+        taken = ast.literal_eval(text.split("non-default args: ", 1)[1].splitlines()[0])
+        assert taken["max_num_batched_tokens"] == 2048 and taken["max_num_seqs"] == 16, taken
     finally:
         left = stop_group(proc)
     # SIGTERM to the API server stops its engine-core child too, a moment after the server
@@ -140,4 +164,4 @@ def test_sweep_on_vllm_writes_a_config_vllm_serves(
     print(f"sweep on vLLM CPU: {sweep_s:.0f} s (profile step {profile['elapsed_s']:.0f} s, "
           f"{len(profile['probes'])} probes); p99 TBT {point['tbt_ms']:.1f} ms (predicted "
           f"{point['predicted']['tbt_at_slo_ms']:.1f}), p99 TTFT {point['ttft_ms']:.0f} ms at "
-          "budget 1024")  # fmt: skip
+          "budget 2048")  # fmt: skip

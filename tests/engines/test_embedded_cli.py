@@ -29,10 +29,12 @@ def test_flags_for_fields() -> None:
 @pytest.mark.parametrize(
     ("argv", "line"),
     [
-        (["--time-scale", "0"], "error: --time-scale: must be positive, got 0.0"),
+        (["--time-scale", "0"], "error: --time-scale: must be positive, got 0"),
         (["--stream-interval", "0"], "error: --stream-interval: must be at least 1, got 0"),
-        (["--max-model-len", "1"], "error: --max-model-len: must be at least 2, got 1"),
+        (["--max-model-len", "1"], "error: --max-model-len: must be at least 2 tokens, got 1"),
         (["--gpu", "nope"], "error: --gpu: unknown GPU preset 'nope'"),
+        (["--timeout-request", "0"], "error: --timeout-request: must be positive, got 0"),
+        (["--timeout-keep-alive", "-1"], "error: --timeout-keep-alive: must be positive, got -1"),
     ],
 )
 def test_errors_name_this_cli_s_flag(
@@ -53,3 +55,14 @@ def test_flags_map_to_the_config() -> None:
     assert config_from_args(["--max-num-batched-tokens", "512"]).budget_tokens == 512
     # No budget: the engine-default rule for the GPU (vLLM's 8192 on an H100).
     assert config_from_args([]).budget_tokens == 8192
+
+
+def test_api_key_flag_then_vllm_api_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VLLM_API_KEY", raising=False)
+    assert config_from_args([]).api_key is None
+    monkeypatch.setenv("VLLM_API_KEY", "")  # empty: no key, as vLLM
+    assert config_from_args([]).api_key is None
+    monkeypatch.setenv("VLLM_API_KEY", "from-env")
+    assert config_from_args([]).api_key == "from-env"
+    assert config_from_args(["--api-key", "flag"]).api_key == "flag"
+    assert "flag" not in repr(config_from_args(["--api-key", "flag"]))

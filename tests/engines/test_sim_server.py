@@ -13,7 +13,7 @@ from contextlib import AbstractContextManager
 import httpx
 import pytest
 
-from budgettune.engines.embedded.app import ApiError, prompt_token_count
+from budgettune.engines.embedded.validate import ApiError, prompt_token_count
 from budgettune.loadgen.server_metrics import parse_prometheus
 
 SimStart = Callable[[list[str]], AbstractContextManager[tuple[str, object]]]

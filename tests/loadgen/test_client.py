@@ -10,7 +10,7 @@ import pytest
 
 from budgettune.core.errors import SpecError
 from budgettune.core.records import RequestRecord
-from budgettune.loadgen.client import SSEParser, StreamResult, completion_body
+from budgettune.loadgen.client import Endpoint, SSEParser, StreamResult, request_body
 from budgettune.loadgen.runner import (
     LiveRecord,
     RunOptions,
@@ -66,10 +66,42 @@ def test_parser_records_a_server_error_inside_the_stream() -> None:
 
 
 def test_completion_body_forces_exact_output() -> None:
-    body = json.loads(completion_body("m", [5, 6, 7], 9))
+    body = json.loads(request_body(Endpoint.COMPLETIONS, "m", [5, 6, 7], 9))
     assert body["prompt"] == [5, 6, 7]
     assert body["max_tokens"] == 9 and body["ignore_eos"] is True and body["stream"] is True
-    assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    assert body["stream_options"] == {"include_usage": True}  # no continuous_usage_stats
+
+
+def _chat(content: str | None, *, role: bool = False, finish: str | None = None) -> bytes:
+    delta: dict[str, object] = {"role": "assistant"} if role else {}
+    if content is not None:
+        delta["content"] = content
+    body = {"object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}  # fmt: skip
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+def test_parser_reads_vllm_chat_stream_role_chunk_counts_nothing() -> None:
+    # vLLM's shape: the role with empty content first, a chunk per token (its text may be empty:
+    # part of a UTF-8 character), the last token with finish_reason, then the usage chunk.
+    result = StreamResult(sent_ns=0)
+    parser = SSEParser(result)
+    stream = _chat("", role=True) + _chat(" a") + _chat("") + _chat("b", finish="length")
+    stream += b'data: {"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":3}}\n\n'
+    parser.feed(stream + b"data: [DONE]\n\n", 5)
+    parser.finish()
+    assert result.chunk_tokens == [1, 1, 1] and result.done and result.error is None
+
+
+def test_parser_drops_a_trailing_empty_finish_chunk_the_usage_does_not_count() -> None:
+    # SGLang closes with an empty delta carrying finish_reason: no token.
+    result = StreamResult(sent_ns=0)
+    parser = SSEParser(result)
+    stream = _chat("", role=True) + _chat("x") + _chat("y") + _chat(None, finish="length")
+    stream += b'data: {"choices":[],"usage":{"completion_tokens":2}}\n\ndata: [DONE]\n\n'
+    parser.feed(stream, 5)
+    parser.finish()
+    assert result.chunk_tokens == [1, 1] and result.tokens == 2
 
 
 def test_token_times_first_and_spread_by_hand() -> None:

@@ -181,7 +181,9 @@ def test_merged_chunks_are_counted_and_spread(tmp_path: Path) -> None:
     schedule = _schedule([0.0, 0.05], [40, 40], [10, 10])
     spec = LaunchSpec(extra_args=("--stream-interval", "4"), log_path=tmp_path / "e.log")
     for mode in ("spread", "first"):
-        outcome, _ = _replay(schedule, spec, RunOptions(merged_chunks=mode))
+        # Usage in every chunk tells how many tokens each carried.
+        options = RunOptions(merged_chunks=mode, continuous_usage=True)
+        outcome, _ = _replay(schedule, spec, options)
         for live in outcome.records:
             assert live.record.ok and live.chunk_tokens.tolist() == [1, 4, 4, 1]
             assert live.record.merged_chunks == 2
@@ -195,3 +197,9 @@ def test_merged_chunks_are_counted_and_spread(tmp_path: Path) -> None:
         check = outcome.selfcheck()
         assert (check.merged_chunks, check.chunks) == (4, 8)
         assert check.merged_chunks_warning and check.merged_chunks_mode == mode
+    # Without it (the default) a chunk counts one token; the final usage settles the total on
+    # the last chunk, which the self-check counts as merged, so the warning still shows.
+    outcome, _ = _replay(schedule, spec, RunOptions())
+    for live in outcome.records:
+        assert live.record.ok and live.chunk_tokens.tolist() == [1, 1, 1, 7]
+    assert outcome.selfcheck().merged_chunks_warning and not outcome.continuous_usage

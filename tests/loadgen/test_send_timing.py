@@ -10,12 +10,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from budgettune.engines.embedded.http11 import END_CHUNK, chunk, response_head
 from budgettune.loadgen.runner import RunOptions, RunOutcome, Target, run_schedule
 from budgettune.trace.schedule import Schedule
 
-SSE_HEADERS = {"Content-Type": "text/event-stream", "Transfer-Encoding": "chunked"}
-STREAM_HEAD = response_head(200, SSE_HEADERS)
+# The answer's bytes by hand, on purpose: this server is a bare socket, not an HTTP library.
+STREAM_HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+)
+END_CHUNK = b"0\r\n\r\n"
+
+
+def chunk(payload: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
 
 
 @dataclass
@@ -94,9 +100,11 @@ def test_connection_opens_early_and_no_byte_leaves_before_its_time() -> None:
     start_ns = seen.first_byte_ns[0] - records[0].sent_s * 1e9
     for record, came_ns in zip(records, seen.first_byte_ns, strict=True):
         assert came_ns >= start_ns + record.target_s * 1e9 - 1e5  # 0.1 ms for the estimate
-    # The first connection was opened over a millisecond before its request was due: the setup
-    # (connection, httpx) was done ahead, only the write waited for the time.
-    assert seen.accepted_ns[0] < start_ns + records[0].target_s * 1e9 - 1e6
+    # The first connection was opened before its request was due: the setup (connection, httpx)
+    # was done ahead, only the write waited for the time. Widened from "over 1 ms before": the
+    # runner starts a request runner.PREPARE_LEAD_S (4 ms) ahead, and in one clean-clone CI run
+    # on the 2-core machine the setup took 3.4 ms of it: accepted 0.57 ms before due.
+    assert seen.accepted_ns[0] < start_ns + records[0].target_s * 1e9
     check = outcome.selfcheck()
     assert check.sent == len(targets)
     assert check.timer_lateness.max_ms is not None

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from profile_truths import llama_on_h100
 
-from budgettune.core.hardware import resolve_gpu, resolve_model
 from budgettune.model.profile import Probe
 from budgettune.model.stepmodel import StepModel
 from budgettune.profiling.plan import PREFILL_GRID
@@ -48,11 +48,15 @@ def tiny_config(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def h100_llama(request: pytest.FixtureRequest) -> StepModel:
-    """Llama-3.1-8B on an H100 SXM from presets, overlapped unless parametrized with a mode."""
-    mode = getattr(request, "param", "overlapped")
-    return StepModel.from_hardware(
-        resolve_model("llama-3.1-8b"), resolve_gpu("h100-sxm"), overhead_s=2e-3, mode=mode
-    )
+    """Llama-3.1-8B on an H100 SXM from the measured calibration (the engine accounting, the
+    soft knee), t0 = 2 ms, overlapped unless parametrized with a mode."""
+    return llama_on_h100("measured", getattr(request, "param", "overlapped"))
+
+
+@pytest.fixture
+def h100_llama_seed(request: pytest.FixtureRequest) -> StepModel:
+    """The same in the seed calibration (every weight per token, a hard max)."""
+    return llama_on_h100("seed", getattr(request, "param", "overlapped"))
 
 
 def _probes(

@@ -22,27 +22,23 @@ def _run(cmd: list[str], *args: str, cwd: Path) -> subprocess.CompletedProcess[s
 
 
 def test_analytic_tables(tmp_path: Path) -> None:
+    """The seed calibration's worked figures (README): P* 221, floor 512, F and B."""
     out = tmp_path / "llama.json"
-    result = CliRunner().invoke(
-        app,
-        [
-            "profile",
-            "--engine",
-            "analytic",
-            "--model",
-            "llama-3.1-8b",
-            "--gpu",
-            "h100-sxm",
-            "-o",
-            str(out),
-        ],
-    )
+    args = ["profile", "--engine", "analytic", "--model", "llama-3.1-8b", "--gpu", "h100-sxm"]
+    result = CliRunner().invoke(app, [*args, "--calibration", "seed", "-o", str(out)])
     assert result.exit_code == 0, result.output
-    text = result.output
+    text = " ".join(result.output.split())
     assert "not a measurement" in text
-    assert "ridge P*" in text and "221 tokens" in text
+    assert "knee (two segments)" in text and "221 tokens" in text
     assert "budget floor" in text and "512 tokens" in text  # 221 + 64 decodes -> 512
     assert "593 TFLOP/s" in text and "2.68 TB/s" in text  # 0.6 x 989, 0.8 x 3.35
+    assert "seed accounting" in text
+    # The default calibration: the measured one's figures, its accounting named
+    measured = CliRunner().invoke(app, [*args, "-o", str(tmp_path / "measured.json")])
+    assert measured.exit_code == 0, measured.output
+    words = " ".join(measured.output.split())
+    assert "engine accounting" in words and "720 TFLOP/s" in words  # 0.728 x 989
+    assert load_profile(tmp_path / "measured.json").step.accounting == "engine"  # type: ignore[union-attr]
     for target in ("25.0 ms", "50.0 ms", "100 ms"):
         assert target in text
     assert out.is_file() and out.with_suffix(".csv").is_file()
@@ -68,8 +64,13 @@ def test_analytic_json_through_the_installed_command(
     assert budget["floor_tokens"] - 256 < ridge + budget["typical_batch"] <= budget["floor_tokens"]
     budgets = [b["budget_tokens"] for b in budget["tbt_budgets"]]
     assert [b["tbt_ms"] for b in budget["tbt_budgets"]] == [25.0, 50.0, 100.0]
-    assert all(b is not None and b % 256 == 0 for b in budgets)
-    assert budgets == sorted(budgets) and budgets[0] < budgets[-1]
+    # on an A100 no budget fits 25 ms beside 64 decodes (measured calibration): null, said so
+    reachable = [b for b in budgets if b is not None]
+    assert budgets[-1] is not None and budgets[: len(budgets) - len(reachable)] == [None] * (
+        len(budgets) - len(reachable)
+    )
+    assert all(b % 256 == 0 for b in reachable)
+    assert reachable == sorted(reachable) and reachable[0] < reachable[-1]
 
 
 @pytest.mark.slow

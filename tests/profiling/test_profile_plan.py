@@ -17,7 +17,10 @@ from budgettune.profiling.plan import (
     run_probes,
 )
 
-MODEL = StepModel.from_hardware(resolve_model("llama-3.1-8b"), resolve_gpu("h100-sxm"))
+# The seed calibration: the timeout test below works in its figures.
+MODEL = StepModel.from_hardware(
+    resolve_model("llama-3.1-8b"), resolve_gpu("h100-sxm"), calibration="seed"
+)
 
 
 class ModelTimer:
@@ -122,3 +125,53 @@ def test_probe_timeout_on_an_injected_clock() -> None:
     assert run.error == "probe prefill (prompt 2560) took 72.7 s, over --probe-timeout 60 s"
     assert [p.prompt_tokens for p in run.probes][-2:] == [2048, 2560]
     assert run.elapsed_s == timer.now_s
+
+
+class SetUpTimer(ModelTimer):
+    """A CPU build's costs on the virtual clock: prompts go at 4,000 tokens/s, so a prefill
+    probe of P tokens takes P / 4000 s each repeat, and a decode or mixed probe first pays for
+    prefilling its decoders' prompts (batch x context tokens), as the engine path does."""
+
+    RATE = 4000.0
+
+    def time_probe(self, spec: ProbeSpec, repeats: int) -> Probe:
+        if spec.series == "prefill":
+            self.timed.append(spec)
+            seconds = 0.005 + spec.prompt_tokens / self.RATE
+            self.now_s += seconds * repeats
+            return Probe("prefill", spec.prompt_tokens, 0, 0, (seconds,) * repeats, spec.tag)
+        self.now_s += spec.batch * spec.context_tokens / self.RATE
+        return super().time_probe(spec, repeats)
+
+
+def test_a_time_budget_runs_cheap_probes_first_and_skips_the_rest() -> None:
+    from budgettune.profiling.budget import probe_cost_s
+
+    plan = make_plan(max_tokens=2048, max_batch=128, repeats=3)
+
+    def cost(spec: ProbeSpec, measured: list[Probe]) -> float:
+        return probe_cost_s(spec, [p for p in measured if p.series == "prefill"], plan.repeats)
+
+    full_timer = SetUpTimer()
+    full = run_probes(plan, full_timer, clock=lambda: full_timer.now_s)
+    assert not full.skipped and full_timer.now_s > 200  # 128 decoders at 2048: a minute alone
+    timer = SetUpTimer()
+    budgeted = run_probes(
+        plan, timer, clock=lambda: timer.now_s, time_budget_s=60.0, probe_cost=cost
+    )
+    assert budgeted.skipped and budgeted.error is None
+    timed = [p for p in timer.timed if p.series != "prefill"]
+    assert len(timed) + len(budgeted.skipped) == len(full_timer.timed) - len(plan.series("prefill"))
+    # every prefill probe ran; each later series kept its cheapest probes and lost its largest
+    assert [p for p in timer.timed if p.series == "prefill"] == plan.series("prefill")
+    assert {"decode", "mixed"} <= {p.series for p in timed}
+    costs = [cost(p, budgeted.probes) for p in timed]
+    skipped = [item.cost_s for item in budgeted.skipped]
+    assert max(costs) <= min(skipped) * 1.5  # (a probe's own cost is estimated when it is due)
+    assert all(item.spec.batch * item.spec.context_tokens > 0 for item in budgeted.skipped)
+    biggest = max(plan.series("decode"), key=lambda p: p.batch * p.context_tokens)
+    assert biggest in [item.spec for item in budgeted.skipped]
+    # the budget holds, give or take the one probe that ran when its estimate said it fit
+    assert timer.now_s <= 60.0 + max(costs)
+    said = budgeted.skipped[0].describe()
+    assert said.startswith(("decode (", "mixed (")) and said.endswith(" s")

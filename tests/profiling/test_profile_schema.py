@@ -14,6 +14,7 @@ import pytest
 from budgettune.app.profile import ProfileConfig, run_profile
 from budgettune.core.errors import SpecError
 from budgettune.core.hardware import resolve_gpu, resolve_model
+from budgettune.model.calibration import CalibrationChoice, calibration_for
 from budgettune.model.profile import (
     SCHEMA_VERSION,
     Hardware,
@@ -43,19 +44,21 @@ def _analytic(tmp_path: Path, **kwargs: object):
 
 
 @pytest.mark.parametrize(
-    ("model", "gpu", "mode", "tp"),
+    ("model", "gpu", "calibration", "mode", "tp"),
     [
-        ("llama-3.1-8b", "h100-sxm", "overlapped", 1),
-        ("qwen2.5-7b", "a100-80g", "serialized", 1),
-        ("llama-3.1-70b", "h100-sxm", "overlapped", 4),
+        ("llama-3.1-8b", "h100-sxm", "seed", "overlapped", 1),
+        ("qwen2.5-7b", "a100-80g", "measured", "overlapped", 1),
+        ("llama-3.1-8b", "b200", "seed", "serialized", 1),
+        ("llama-3.1-70b", "h100-sxm", "measured", None, 4),
     ],
 )
 def test_analytic_profile_gives_back_the_presets_step_model(
-    tmp_path: Path, model: str, gpu: str, mode: str, tp: int
+    tmp_path: Path, model: str, gpu: str, calibration: str, mode: str | None, tp: int
 ) -> None:
-    outcome = _analytic(tmp_path, model=model, gpu=gpu, mode=mode, tensor_parallel=tp)
+    choice = CalibrationChoice(calibration, mode=mode)
+    outcome = _analytic(tmp_path, model=model, gpu=gpu, calibration=choice, tensor_parallel=tp)
     expected = StepModel.from_hardware(
-        resolve_model(model), resolve_gpu(gpu), mode=mode, tensor_parallel=tp
+        resolve_model(model), resolve_gpu(gpu), calibration=choice.resolve(gpu), tensor_parallel=tp
     )
     assert profile_step_model(outcome.profile) == expected
     # ...and so does the file written to disk.
@@ -97,10 +100,10 @@ def test_curve_csv_beside_the_json(tmp_path: Path) -> None:
 
 
 def test_bad_profile_files(tmp_path: Path) -> None:
-    with pytest.raises(SpecError, match="cannot read"):
+    with pytest.raises(SpecError, match="no such profile file"):
         load_profile(tmp_path / "missing.json")
     (tmp_path / "bad.json").write_text("{not json")
-    with pytest.raises(SpecError, match="not JSON"):
+    with pytest.raises(SpecError, match="not valid JSON"):
         load_profile(tmp_path / "bad.json")
     (tmp_path / "other.json").write_text('{"schema_version": 1, "kind": "x"}')
     with pytest.raises(SpecError, match=r"other\.json: not a budgettune profile"):
@@ -161,11 +164,15 @@ def test_shipped_profiles_load_and_are_labelled(path: Path) -> None:
     assert profile.kind == "analytic" and "not a measurement" in profile.label
     assert profile.hardware.preset is not None
     model = profile_step_model(profile)
+    # a file written before calibrations were named holds the seed's figures
+    calibration = str(profile.engine.settings.get("calibration", "seed"))
+    mode = str(profile.engine.settings.get("mode", "overlapped"))
+    gpu = resolve_gpu(profile.hardware.preset)
     expected = StepModel.from_hardware(
         profile.model.shape,
-        resolve_gpu(profile.hardware.preset),
+        gpu,
+        calibration=calibration_for(calibration, gpu.name).with_overrides(mode=mode),
         tensor_parallel=profile.hardware.count,
-        mode=profile.step.mode if profile.step else "overlapped",
     )
     assert model == expected
     with path.with_suffix(".csv").open() as handle:

@@ -103,7 +103,32 @@ def test_failed_p99_is_drawn_at_the_top_not_dropped() -> None:
     measured = next(t for t in fig.data if "measured" in t.name)
     assert measured.y[1] is not None and measured.y[1] > 50.0
     assert measured.marker.symbol[1] == "triangle-up"
-    assert measured.text[1] == "inf (failures)"
+    assert measured.text[1] == "inf (failures) measured"
+
+
+def test_measured_p99_carries_its_interval_as_error_bars() -> None:
+    points = (
+        BudgetPoint(
+            256, measured_tbt=Percentiles({99.0: 10.0}), passed=True,
+            tbt_interval_ms=(9.0, 12.5), confidence="clear",
+        ),
+        BudgetPoint(
+            512, measured_tbt=Percentiles({99.0: 24.0}), passed=True,
+            tbt_interval_ms=(22.0, 27.0), confidence="marginal", replays=3,
+        ),
+        BudgetPoint(1024, measured_tbt=Percentiles({99.0: 60.0}), passed=False,
+                    tbt_interval_ms=(55.0, None), confidence="clear"),
+        BudgetPoint(2048, measured_tbt=Percentiles({99.0: 80.0}), passed=False),  # no interval
+    )  # fmt: skip
+    fig = latency_vs_budget_chart(SweepInput(points=points, slo_tbt_ms=25.0), "tbt").figure
+    measured = next(t for t in fig.data if "measured" in t.name)
+    assert list(measured.error_y.array[:2]) == [2.5, 3.0]
+    assert list(measured.error_y.arrayminus[:2]) == [1.0, 2.0]
+    top = max(measured.y[2] + measured.error_y.array[2], 0)
+    assert measured.error_y.array[2] > 0 and top >= 80.0  # an open end reaches the chart's top
+    assert measured.error_y.array[3] == measured.error_y.arrayminus[3] == 0.0
+    assert measured.marker.symbol[:2] == ("circle", "circle-open")  # hollow: marginal
+    assert measured.text[1] == "24 ms measured, 95% interval 22 ms to 27 ms (marginal, 3 replays)"
 
 
 def test_throughput_chart_series_and_range() -> None:

@@ -47,7 +47,7 @@ def test_default_output_is_beside_the_source(tmp_path: Path) -> None:
         (["{bad}", "--slo-tbt", "50mss"], "--slo-tbt"),
         (["{bad}", "--percentile", "0"], "--percentile"),
         (["{bad}"], "bad.json: cannot tell what this file is"),
-        (["{notjson}"], "cannot read JSON"),
+        (["{notjson}"], "not valid JSON"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(
@@ -180,7 +180,11 @@ def test_profiles_side_by_side_with_with(tmp_path: Path, budgettune_cmd: list[st
     assert page.index("analytic, h100-sxm #1") < page.index("analytic, h200 #2")
     # Mistakes: a missing --with file before measuring; --with on a source that is no profile.
     missing = run(*analytic, "h200", "--with", str(tmp_path / "nope.json"))
-    assert missing.returncode == 2 and "--with: cannot read" in missing.stderr
+    assert (
+        missing.returncode == 2
+        and "--with: " in missing.stderr
+        and "no such profile file" in missing.stderr
+    )
     assert "Traceback" not in missing.stderr
     (tmp_path / "sim.json").write_text(json.dumps(SIM_DOC))
     wrong = run("report", str(tmp_path / "sim.json"), "--with", str(other))

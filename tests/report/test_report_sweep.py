@@ -135,6 +135,7 @@ def test_finished_ttft_null_means_failures(partial_run: Path) -> None:
     lines = (partial_run / "points.jsonl").read_text().splitlines()
     point = json.loads(lines[0])
     point.update(ttft_ms=None, ok=False, ttft_ok=False)
+    point["measured"].update(ttft_at_slo_ms=None, ttft_at_slo_ci_ms=None)
     (partial_run / "points.jsonl").write_text(json.dumps(point) + "\n")
     report = build_input(partial_run)
     assert report.sweep is not None

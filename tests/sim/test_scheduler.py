@@ -44,6 +44,7 @@ config_st = st.builds(
     block_size=st.sampled_from([1, 4, 16]),
     long_prefill_token_threshold=st.sampled_from([0, 0, 24]),
     prefill_first_max_tokens=st.sampled_from([None, 150]),
+    decodes_beside_prefill=st.booleans(),
 )
 
 
@@ -92,13 +93,16 @@ def test_invariants_hold_on_random_workloads(
             preempted.add(rid)
             decoding.discard(rid)
             prefilled[rid] = kv_tokens[rid] = 0
-        # The budget is never exceeded; prefill-first never mixes decodes with prompts.
+        # The budget is never exceeded; prefill-first and SGLang's rule never mix decodes with
+        # prompts.
+        mixes = config.budget_tokens is not None and config.decodes_beside_prefill
         if config.budget_tokens is not None:
             assert plan.tokens <= config.budget_tokens
-        elif plan.chunks:
+        if plan.chunks and not mixes:
             assert plan.decodes == 0
-        # Every running decode gets its token before any prompt token is scheduled.
-        if config.budget_tokens is not None or not plan.chunks:
+        # Every running decode gets its token before any prompt token is scheduled (vLLM), or
+        # in every iteration without prompt chunks.
+        if mixes or not plan.chunks:
             assert plan.decodes == len(decoding)
         if plan.decodes:
             assert plan.decode_context_tokens == sum(kv_tokens[r] + 1 for r in decoding)
@@ -184,6 +188,36 @@ def test_decodes_first_then_partial_then_admissions() -> None:
     assert plan.tokens == 81
     out = sched.commit(plan, with_ids=True)
     assert out.emitted_ids == ["a", "b", "c"] and out.first_token_ids == ["b", "c"]
+
+
+def test_sglang_rule_runs_prompt_chunks_apart_from_decodes() -> None:
+    # SGLang without --enable-mixed-chunk: while a prompt has chunks left, the decoders wait;
+    # each chunk gets the whole budget; decode batches are not bounded by the chunk size.
+    config = SchedulerConfig(
+        budget_tokens=100, kv_capacity_blocks=100, block_size=16, decodes_beside_prefill=False
+    )
+    assert config.seq_limit == 256
+    sched = Scheduler(config)
+    sched.add("a", 10, 5)
+    plan = sched.schedule()
+    sched.commit(plan)  # a prefilled; it decodes next
+    sched.add("b", 250, 5)
+    chunks = []
+    for _ in range(3):
+        plan = sched.schedule()
+        assert plan.decodes == 0  # a waits while b is prefilled
+        chunks += plan.chunks
+        sched.commit(plan)
+    assert chunks == [("b", 100, 0), ("b", 100, 100), ("b", 50, 200)]
+    plan = sched.schedule()
+    assert plan.decodes == 2 and not plan.chunks  # then a and b decode together
+    # vLLM's rule on the same arrivals: a decodes beside each of b's chunks.
+    vllm = Scheduler(SchedulerConfig(budget_tokens=100, kv_capacity_blocks=100, block_size=16))
+    vllm.add("a", 10, 5)
+    vllm.commit(vllm.schedule())
+    vllm.add("b", 250, 5)
+    plan = vllm.schedule()
+    assert plan.decodes == 1 and plan.chunks == [("b", 99, 0)]
 
 
 def test_max_num_seqs_and_seq_limit_from_budget() -> None:

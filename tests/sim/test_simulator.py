@@ -33,8 +33,8 @@ def test_two_requests_hand_computed() -> None:
     step = MODEL.step_time_s
     # it0: A chunk 64@0.
     t0 = step(64, 64 * 64 / 2, 0, 0, 0)
-    # it1: A chunk 36@64 (completes: A's first token), B chunk 28@0.
-    t1 = t0 + step(64, 36 * 64 + 36 * 36 / 2 + 28 * 28 / 2, 64, 0, 0)
+    # it1: A chunk 36@64 (completes: A's first token), B chunk 28@0: two sequences.
+    t1 = t0 + step(64, 36 * 64 + 36 * 36 / 2 + 28 * 28 / 2, 64, 0, 0, 2)
     # it2: A decodes at context 101; B chunk 2@28 completes (B's first token).
     t2 = t1 + step(2, 2 * 28 + 2 * 2 / 2, 28, 1, 101)
     # it3: A at context 102 (its last token), B at 31 (its last token).
@@ -166,3 +166,34 @@ def test_large_run_matches_reference_with_preemptions() -> None:
     assert result.preemptions == sum(r.preemptions for r in reference)
     for record, ref in zip(result.records, reference, strict=True):
         np.testing.assert_array_equal(record.token_times_s, ref.times)
+
+
+@pytest.mark.parametrize("budget", [256, None])
+def test_closed_loop_keeps_n_in_flight_and_sends_on_each_finish(budget: int | None) -> None:
+    rng = np.random.default_rng(3)
+    n, slots = 40, 4
+    schedule = _schedule(
+        list(np.linspace(0.0, 0.01, n)),  # arrival times a closed loop must not use
+        list(rng.integers(20, 600, n)),
+        list(rng.integers(1, 60, n)),
+    )
+    config = SchedulerConfig(budget_tokens=budget, kv_capacity_blocks=1000, block_size=16)
+    records = simulate(schedule, MODEL, config, concurrency=slots).records
+    ends = [float(r.token_times_s[-1]) for r in records]
+    for r, want in zip(records, schedule.output_tokens, strict=True):
+        assert r.error is None and len(r.token_times_s) == want
+        assert r.sent_s == r.target_s
+    # The first N arrive at 0; each later one the moment an earlier one finished, in order.
+    assert [r.sent_s for r in records[:slots]] == [0.0] * slots
+    finishes = sorted(ends)
+    for k, r in enumerate(records[slots:]):
+        assert r.sent_s == finishes[k], (k, r.sent_s, finishes[k])
+    # Never more than N in flight: at each arrival, the requests sent before and not finished.
+    for r in records:
+        in_flight = sum(
+            1 for o, end in zip(records, ends, strict=True) if o.sent_s <= r.sent_s < end
+        )
+        assert in_flight <= slots
+    # Without the loop, the same schedule's times are used (all within 10 ms).
+    open_loop = simulate(schedule, MODEL, config).records
+    assert max(r.sent_s for r in open_loop) <= 0.01

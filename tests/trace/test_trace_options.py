@@ -55,7 +55,7 @@ def test_options_replay_a_trace(tmp_path: Path) -> None:
         "--time-scale",
         "2",
         "--window",
-        "1:5",
+        "1s:5s",
         "--max-model-len",
         "33",
         "--on-long",

@@ -171,14 +171,17 @@ def test_contradictory_options(options: ReplayOptions, message: str) -> None:
 
 def test_parse_window() -> None:
     assert parse_window("10m:20m") == (600.0, 1200.0)
-    assert parse_window(":300") == (0.0, 300.0)
-    assert parse_window("0:1.5") == (0.0, 1.5)
+    assert parse_window(":300s") == (0.0, 300.0)
+    assert parse_window("0:1.5s") == (0.0, 1.5)
+    assert parse_window("0s:60s") == parse_window("0ms:1m") == (0.0, 60.0)  # zero with a unit
     assert parse_window("1h:") == (3600.0, float("inf"))
     for bad, message in (
         ("300", "is not START:END"),
         ("20m:10m", "end must come after start"),
         ("a:b", "start: cannot read 'a' as a duration"),
         ("0:b", "end: cannot read 'b' as a duration"),
+        ("5:10s", "start: '5' has no unit"),  # only a zero reads the same in every unit
+        ("0s:0s", "end: .* positive"),  # the end must be a positive duration
     ):
         with pytest.raises(SpecError, match=message) as caught:
             parse_window(bad)

@@ -80,7 +80,7 @@ def test_synth_gamma_duration_and_prefix_groups() -> None:
     assert '"prefix_group"' in line and '"prefix_tokens"' in line
 
 
-def test_synth_errors() -> None:
+def test_synth_errors(tmp_path: Path) -> None:
     dist = parse_length_dist("fixed:8")
     with pytest.raises(SpecError, match="give both --prefix-groups and --prefix-tokens") as caught:
         synthesize(prompt_dist=dist, output_dist=dist, rate_per_s=1, requests=5, prefix_groups=2)
@@ -91,6 +91,13 @@ def test_synth_errors() -> None:
         app, ["trace", "synth", "--rate", "1", "-o", "/nonexistent/dir/x.jsonl", "--requests", "3"]
     )
     assert result.exit_code == 2 and "cannot write" in result.output
+    assert not Path("/nonexistent").exists()  # no folder made for a file's path
+    (tmp_path / "file").write_text("mine")
+    result = CliRunner().invoke(
+        app, ["trace", "synth", "--rate", "1", "-o", str(tmp_path / "file"), "--requests", "3"]
+    )
+    assert result.exit_code == 2 and "budgettune did not write it" in result.output
+    assert (tmp_path / "file").read_text() == "mine"
     result = CliRunner().invoke(
         app, ["trace", "synth", "--rate", "1", "--requests", "3", "--burstiness", "0.5", "-o", "-"]
     )
@@ -115,7 +122,7 @@ def test_traffic_from_a_trace_with_options(tmp_path: Path) -> None:
             for i in range(10)
         )
     )
-    traffic = traffic_from_options(trace=path, time_scale=2.0, window=":3", requests=4)
+    traffic = traffic_from_options(trace=path, time_scale=2.0, window=":3s", requests=4)
     assert traffic.report is not None and traffic.report.requests == 10
     np.testing.assert_array_equal(traffic.schedule.target_s, [0.0, 0.25, 0.5, 0.75])
     assert "recorded x2" in traffic.description
@@ -144,7 +151,7 @@ def test_traffic_without_a_trace_is_synthetic() -> None:
     ("kwargs", "message"),
     [
         ({"requests": 10}, "rate: required for synthetic traffic"),
-        ({"rate": 1.0, "requests": 5, "window": "0:5"}, "window: applies to --trace only"),
+        ({"rate": 1.0, "requests": 5, "window": "0:5s"}, "window: applies to --trace only"),
         ({"rate": 1.0, "requests": 5, "arrivals": "recorded"}, "needs --trace"),
         ({"rate": 1.0, "requests": 5, "strict": True}, "strict: applies to --trace only"),
         ({"rate": -1.0, "requests": 5}, "rate: must be a positive number"),

@@ -121,3 +121,20 @@ def test_the_example_run_folder_reads_back_as_a_request() -> None:
     request = SweepRequest.from_options(saved)
     assert request.slo_tbt == saved["slo_tbt"] and request.engine == saved["engine"]
     assert request.traffic.trace == Path(saved["trace"]) and request.launch.env == ()
+
+
+def test_a_new_sweep_keeps_other_files_but_refuses_to_overwrite_a_sweeps(tmp_path: Path) -> None:
+    from budgettune.artifacts.runfolder import create_run_folder
+
+    beside = tmp_path / "beside"
+    beside.mkdir()
+    (beside / "regenerate.sh").write_text("#!/bin/sh\n")
+    create_run_folder(beside, {"slo_tbt_s": 0.05})  # a script beside the sweep may stay
+    assert (beside / "sweep.json").is_file() and (beside / "regenerate.sh").is_file()
+    for name in ("report.html", "budget-512", "engine-512.log"):
+        folder = tmp_path / name.replace(".", "_")
+        folder.mkdir()
+        (folder / name).write_text("kept")
+        with pytest.raises(UserError, match=f"holds {name} and no sweep; a sweep would overwrite"):
+            create_run_folder(folder, {"slo_tbt_s": 0.05})
+        assert (folder / name).read_text() == "kept" and not (folder / "sweep.json").exists()

@@ -18,11 +18,12 @@ import pytest
 pytestmark = pytest.mark.slow
 
 # A workload whose p99 TBT rises steadily with the budget (the simulator predicts 15, 30, 58
-# and 86 ms at 512, 1024, 2048 and 3072 tokens on the analytic 8B/H100 model; the real-time
-# engine measures a few ms more) while p99 TTFT stays near 300 ms: with a 46 ms TBT SLO the
-# answer is 1024, with at least 11 ms of margin on either side for a busy machine's jitter.
+# and 86 ms at 512, 1024, 2048 and 3072 tokens on the analytic 8B/H100 model in the seed
+# calibration, which these figures were chosen in; the real-time engine measures a few ms
+# more) while p99 TTFT stays near 300 ms: with a 46 ms TBT SLO the answer is 1024, with at
+# least 11 ms of margin on either side for a busy machine's jitter.
 WORKLOAD = [
-    "--engine", "sim", "--model", "llama-3.1-8b", "--gpu", "h100-sxm",
+    "--engine", "sim", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--calibration", "seed",
     "--prompt-dist", "lognormal:mean=1500,sigma=0.5,max=6000",
     "--output-dist", "lognormal:mean=64,sigma=0.5,max=256",
     "--rate", "16", "--requests", "60", "--seed", "0", "--slo-ttft", "1s",
@@ -78,10 +79,11 @@ def test_search_matches_exhaustive_grid_with_fewer_launches(
     assert "Recommended: 1024" in searched.stdout
     assert "2048 breaks p99 TBT" in " ".join(searched.stdout.split())
     assert "Your engine default (8192) breaks p99 TBT" in " ".join(searched.stdout.split())
+    # The budget and nothing the user did not set; the simulated engine schedules by vLLM's
+    # rules, so no SGLang arguments are written for it.
     yaml_lines = (tmp_path / "search" / "vllm.yaml").read_text().splitlines()
-    assert "max-num-batched-tokens: 1024" in yaml_lines
-    assert "max-num-seqs: 256" in yaml_lines
-    assert "--chunked-prefill-size 1024" in (tmp_path / "search" / "sglang.args").read_text()
+    assert [ln for ln in yaml_lines if not ln.startswith("#")] == ["max-num-batched-tokens: 1024"]
+    assert not (tmp_path / "search" / "sglang.args").exists()
     assert_engines_gone(tmp_path / "search")
 
 

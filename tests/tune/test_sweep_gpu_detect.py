@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from budgettune.core import engine_defaults
+
 pytestmark = pytest.mark.slow
 
 FAKE_NVIDIA_SMI = """#!{python}
@@ -32,8 +34,10 @@ elif "--query-gpu=memory.used" in args:
     print(0)
 """
 
-VLLM_RULE = "vLLM: 8192 on GPUs of at least 70 GiB other than A100, else 2048"
-SGLANG_RULE = "SGLang: 2048 under 35 GB of GPU memory, 8192 under 160 GB, else 16384"
+# The engine command does not exist, so vLLM cannot be asked: the table answers, and says so.
+VLLM_RULE = f"vLLM could not be asked; {engine_defaults.VLLM_RULE}"
+VLLM_CPU_RULE = f"vLLM could not be asked; {engine_defaults.VLLM_CPU_RULE}"
+SGLANG_RULE = engine_defaults.SGLANG_RULE
 
 
 @pytest.mark.parametrize(
@@ -51,12 +55,20 @@ SGLANG_RULE = "SGLang: 2048 under 35 GB of GPU memory, 8192 under 160 GB, else 1
         ("vllm", "NVIDIA RTX PRO 6000 Blackwell", 97887,
          "NVIDIA RTX PRO 6000 Blackwell (nvidia-smi, 95.6 GiB; no preset matches; --gpu names "
          "one for the predictions)", 8192, VLLM_RULE, None),
+        ("vllm", "NVIDIA B200", 183359,
+         "NVIDIA B200 (nvidia-smi, 179.1 GiB; preset b200)", 16384, VLLM_RULE, "b200"),
         ("sglang", "NVIDIA B200", 183359,
          "NVIDIA B200 (nvidia-smi, 179.1 GiB; preset b200)", 16384, SGLANG_RULE, "b200"),
+        # SGLang 0.5.23: 4096 under 60 GiB (an older rule said 8192 from 35 GB)
+        ("sglang", "NVIDIA A100-SXM4-40GB", 40960,
+         "NVIDIA A100-SXM4-40GB (nvidia-smi, 40.0 GiB; preset a100-40g)", 4096, SGLANG_RULE,
+         "a100-40g"),
+        # no GPU: vLLM's CPU build
         ("vllm", None, None, "none visible (no nvidia-smi, or it lists no GPU)", 2048,
-         VLLM_RULE, None),
+         VLLM_CPU_RULE, None),
     ],
-    ids=["h100", "a100", "l40s", "unknown-96g", "sglang-b200", "driver-fails"],
+    ids=["h100", "a100", "l40s", "unknown-96g", "vllm-b200", "sglang-b200", "sglang-a100-40g",
+         "driver-fails"],
 )  # fmt: skip
 def test_detected_gpu_sets_the_engine_default(
     budgettune_cmd: list[str],
@@ -82,7 +94,7 @@ def test_detected_gpu_sets_the_engine_default(
         capture_output=True, text=True, timeout=120,
         env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"},
     )  # fmt: skip
-    assert result.returncode == 3, result.stderr[-3000:]  # no engine could start
+    assert result.returncode == 1, result.stderr[-3000:]  # no engine could start: an engine failure
     said = " ".join(result.stderr.split())
     assert f"GPU: {described}; engine default budget {budget} ({rule})" in said, said
     # the analytic predictions run on the matched preset (the presets' default without one)
@@ -105,7 +117,7 @@ def test_given_gpu_skips_detection(budgettune_cmd: list[str], tmp_path: Path) ->
          "-o", str(tmp_path / "run")],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    assert result.returncode == 3, result.stderr[-3000:]
+    assert result.returncode == 1, result.stderr[-3000:]  # no engine could start
     assert "GPU:" not in result.stderr
     doc = json.loads((tmp_path / "run" / "recommendation.json").read_text())
     assert doc["engine"]["default_budget"] == 2048  # the A100 rule, from the preset given

@@ -128,14 +128,14 @@ def test_analytic_and_external_say_where_predictions_come_from(
     assert "step-time model: analytic roofline of llama-3.1-8b on h100-sxm (--profile " \
         "analytic: presets, not measured)" in err, err  # fmt: skip
     assert "profiling" not in err and not (tmp_path / "analytic" / "profile.json").exists()
-    assert result.returncode == 3  # nothing could be measured
+    assert result.returncode == 1  # nothing could be measured: an engine failure, not a verdict
     (line,) = (tmp_path / "analytic" / "points.jsonl").read_text().splitlines()
     point = json.loads(line)
     assert point["status"] == "engine_failed" and "no-such-vllm" in point["error"]
     # A server you run cannot be profiled without launching one: said plainly, analytic.
     external = run_sweep(
         budgettune_cmd, "--engine", "external", "--url", "http://127.0.0.1:9",
-        "--model", "llama-3.1-8b", "--budgets", "512", "--requests", "10", "--slo-tbt", "50ms",
+        "--model", "llama-3.1-8b", "--baseline", "512", "--requests", "10", "--slo-tbt", "50ms",
         "-o", str(tmp_path / "external"),
     )  # fmt: skip
     said = " ".join(external.stderr.split())

@@ -129,3 +129,25 @@ def test_the_load_names_the_asked_rate_when_the_schedule_realised_another() -> N
     both = recommend([point(512, 20, 3000), point(1024, 70, 400)], rate_per_s=7.16,
                      asked_rate_per_s=8, requests=240, **kwargs)  # fmt: skip
     assert "The load (8 req/s (7.16 realised over 240 requests)) is too high" in both.reasons[0]
+
+
+def test_a_marginal_answer_says_so_and_names_the_clear_pass_below() -> None:
+    from budgettune.core.confidence import Confidence
+
+    clear_512 = dataclasses.replace(
+        point(512, 20, 700), confidence=Confidence.CLEAR, tbt_ci_ms=(19.0, 21.0)
+    )
+    marginal_1024 = dataclasses.replace(
+        point(1024, 49, 500), confidence=Confidence.MARGINAL, tbt_ci_ms=(46.0, 53.5), replays=3
+    )
+    rec = choose([clear_512, marginal_1024, point(1536, 61, 450)], default=None)
+    assert rec.budget_tokens == 1024
+    marginal = next(r for r in rec.reasons if "marginal" in r)
+    assert marginal.startswith(
+        "The pass at 1024 is marginal after 3 replays: p99 TBT 49.0 ms (95% interval "
+        "46.0-53.5 ms) against 50.0 ms; another run may break it."
+    )
+    assert "512 passed clearly (p99 TBT 20.0 ms, p99 TTFT 700 ms)" in marginal
+    alone = choose([dataclasses.replace(marginal_1024, replays=1)], default=None)
+    assert any(r.endswith("No smaller budget passed clearly.") for r in alone.reasons)
+    assert not any("marginal" in r for r in choose([clear_512], default=None).reasons)

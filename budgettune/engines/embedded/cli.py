@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import fields
@@ -15,12 +16,13 @@ from budgettune.core.engine_defaults import default_budget_on
 from budgettune.core.errors import BudgettuneError
 from budgettune.core.hardware import resolve_gpu
 from budgettune.engines.embedded.config import SimServerConfig
-from budgettune.engines.embedded.server import serve
-from budgettune.model.stepmodel import (
-    DEFAULT_BANDWIDTH_EFFICIENCY,
-    DEFAULT_COMPUTE_EFFICIENCY,
-    DEFAULT_OVERHEAD_S,
+from budgettune.engines.embedded.engine import API_KEY_VAR
+from budgettune.engines.embedded.http11 import (
+    DEFAULT_KEEP_ALIVE_TIMEOUT_S,
+    DEFAULT_REQUEST_TIMEOUT_S,
 )
+from budgettune.engines.embedded.server import serve
+from budgettune.model.calibration import CALIBRATIONS, DEFAULT_CALIBRATION, CalibrationChoice
 from budgettune.sim.kvcache import DEFAULT_BLOCK_SIZE
 
 
@@ -28,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m budgettune.engines.embedded",
         description="budgettune's simulated OpenAI-compatible engine (flags mirror vllm serve).",
+        allow_abbrev=False,  # --mode must not read as --model (budgettune refuses the managed)
     )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
@@ -40,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="token budget (default: vLLM's rule for the GPU)",
     )
-    p.add_argument("--max-num-seqs", type=int, default=256)
+    # default: vLLM's rule for the GPU preset (core/engine_defaults.py), as the budget's
+    p.add_argument("--max-num-seqs", type=int, default=None)
     p.add_argument("--enable-chunked-prefill", dest="chunked", action="store_true", default=True)
     p.add_argument("--no-enable-chunked-prefill", dest="chunked", action="store_false")
     p.add_argument("--max-model-len", type=int, default=None)
@@ -50,16 +54,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--served-model-name", default=None)
     p.add_argument("--stream-interval", type=int, default=1, help="write tokens every N")
     p.add_argument("--time-scale", type=float, default=1.0, help="multiply modeled step times")
-    p.add_argument("--compute-efficiency", type=float, default=DEFAULT_COMPUTE_EFFICIENCY)
-    p.add_argument("--bandwidth-efficiency", type=float, default=DEFAULT_BANDWIDTH_EFFICIENCY)
-    p.add_argument("--overhead-ms", type=float, default=DEFAULT_OVERHEAD_S * 1e3)
-    p.add_argument("--mode", default="overlapped", choices=("overlapped", "serialized"))
+    p.add_argument("--calibration", default=DEFAULT_CALIBRATION, choices=CALIBRATIONS)
+    # the calibration's figures unless given
+    p.add_argument("--compute-efficiency", type=float, default=None)
+    p.add_argument("--bandwidth-efficiency", type=float, default=None)
+    p.add_argument("--kv-bandwidth-efficiency", type=float, default=None)
+    p.add_argument("--overhead-ms", type=float, default=None)
+    p.add_argument("--mode", default=None, choices=("overlapped", "serialized"))
     p.add_argument(
         "--profile",
         type=Path,
         default=None,
         help="profile JSON from `budgettune profile`: its calibrated step model replaces "
         "--model, --dtype and the efficiency flags (KV cache sized on its GPU preset, else --gpu)",
+    )
+    p.add_argument(
+        "--api-key",
+        default=None,
+        help="require 'Authorization: Bearer KEY' on /v1 paths (default: $VLLM_API_KEY, as vLLM)",
+    )
+    p.add_argument(
+        "--timeout-keep-alive",
+        type=float,
+        default=DEFAULT_KEEP_ALIVE_TIMEOUT_S,
+        help="close a connection idle this many seconds (vLLM's flag and default)",
+    )
+    p.add_argument(
+        "--timeout-request",
+        type=float,
+        default=DEFAULT_REQUEST_TIMEOUT_S,
+        help="close a connection whose request has not arrived whole this many seconds after its "
+        "first byte",
     )
     p.add_argument(
         "--emission-log",
@@ -70,11 +95,25 @@ def build_parser() -> argparse.ArgumentParser:
     return p  # fmt: skip
 
 
+def calibration_flags(choice: CalibrationChoice) -> list[str]:
+    """This CLI's flags for ``choice``: the calibration, and each figure given (what a caller
+    launching the engine passes so that it runs the model its predictions use)."""
+    flags = []
+    for name, value in choice.given().items():
+        flags += ["--" + name.replace("_", "-"), str(value)]
+    return flags
+
+
 def flag_of(field: str | None) -> str | None:
     """This CLI's flag for a :class:`SimServerConfig` field (``time_scale`` -> ``--time-scale``,
     ``budget_tokens`` -> ``--max-num-batched-tokens``); any other field as it is."""
-    if field == "budget_tokens":
-        return "--max-num-batched-tokens"
+    renamed = {
+        "budget_tokens": "--max-num-batched-tokens",
+        "keep_alive_timeout_s": "--timeout-keep-alive",
+        "request_timeout_s": "--timeout-request",
+    }
+    if field in renamed:
+        return renamed[field]
     if field in {f.name for f in fields(SimServerConfig)}:
         return "--" + field.replace("_", "-")
     return field
@@ -82,12 +121,14 @@ def flag_of(field: str | None) -> str | None:
 
 def config_from_args(argv: Sequence[str] | None = None) -> SimServerConfig:
     args = build_parser().parse_args(argv)
-    budget = args.max_num_batched_tokens
-    if budget is None:
-        budget = default_budget_on("sim", resolve_gpu(args.gpu)).budget_tokens
+    budget, max_num_seqs = args.max_num_batched_tokens, args.max_num_seqs
+    if budget is None or max_num_seqs is None:
+        defaults = default_budget_on("sim", resolve_gpu(args.gpu))
+        budget = budget or defaults.budget_tokens
+        max_num_seqs = max_num_seqs or defaults.max_num_seqs or 256
     return SimServerConfig(
         budget_tokens=budget if args.chunked else None,
-        max_num_seqs=args.max_num_seqs,
+        max_num_seqs=max_num_seqs,
         model=args.model,
         gpu=args.gpu,
         dtype=args.dtype,
@@ -100,12 +141,18 @@ def config_from_args(argv: Sequence[str] | None = None) -> SimServerConfig:
         served_model_name=args.served_model_name,
         time_scale=args.time_scale,
         stream_interval=args.stream_interval,
+        calibration=args.calibration,
         compute_efficiency=args.compute_efficiency,
         bandwidth_efficiency=args.bandwidth_efficiency,
+        kv_bandwidth_efficiency=args.kv_bandwidth_efficiency,
         overhead_ms=args.overhead_ms,
         mode=args.mode,
         emission_log=args.emission_log,
         profile=args.profile,
+        # vLLM's precedence: the flag, else VLLM_API_KEY; empty means none.
+        api_key=args.api_key or os.environ.get(API_KEY_VAR) or None,
+        keep_alive_timeout_s=args.timeout_keep_alive,
+        request_timeout_s=args.timeout_request,
     )
 
 

@@ -3,23 +3,36 @@ follow ``budgettune serve``'s options, so an error about a field reads as the op
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from budgettune.core.errors import SpecError
-from budgettune.model.stepmodel import (
-    DEFAULT_BANDWIDTH_EFFICIENCY,
-    DEFAULT_COMPUTE_EFFICIENCY,
-    DEFAULT_OVERHEAD_S,
+from budgettune.core.limits import (
+    MAX_BLOCK_TOKENS,
+    MAX_DURATION_S,
+    MAX_SEQS,
+    check_count,
+    check_number,
+    check_port,
+    check_share,
+    check_tokens,
 )
+from budgettune.engines.embedded.http11 import (
+    DEFAULT_KEEP_ALIVE_TIMEOUT_S,
+    DEFAULT_REQUEST_TIMEOUT_S,
+)
+from budgettune.model.calibration import DEFAULT_CALIBRATION, CalibrationChoice
 from budgettune.sim.kvcache import DEFAULT_BLOCK_SIZE
+
+MAX_TIME_SCALE = 1e6  # --time-scale: a million times slower is beyond any use
 
 
 @dataclass(slots=True, frozen=True)
 class SimServerConfig:
     """The sim engine's settings. budget_tokens None means no chunking (prefill-first).
 
-    Raises SpecError naming the field for a time_scale that is not positive or a
+    api_key set: /v1 paths need ``Authorization: Bearer api_key`` (vLLM's rule).
+    Raises SpecError naming the field for a time_scale or a timeout that is not positive, or a
     stream_interval below 1.
     """
 
@@ -37,17 +50,47 @@ class SimServerConfig:
     served_model_name: str | None = None
     time_scale: float = 1.0
     stream_interval: int = 1
-    compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY
-    bandwidth_efficiency: float = DEFAULT_BANDWIDTH_EFFICIENCY
-    overhead_ms: float = DEFAULT_OVERHEAD_S * 1e3
-    mode: str = "overlapped"
+    calibration: str = DEFAULT_CALIBRATION
+    compute_efficiency: float | None = None  # None: the calibration's
+    bandwidth_efficiency: float | None = None
+    kv_bandwidth_efficiency: float | None = None
+    overhead_ms: float | None = None
+    mode: str | None = None
     emission_log: Path | None = None
     profile: Path | None = None  # a `budgettune profile` file: its calibrated model, not presets
+    api_key: str | None = field(default=None, repr=False)  # a secret: kept out of reprs
+    keep_alive_timeout_s: float = DEFAULT_KEEP_ALIVE_TIMEOUT_S
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+
+    @property
+    def choice(self) -> CalibrationChoice:
+        """The calibration asked for and the figures given instead of its own."""
+        return CalibrationChoice(
+            self.calibration,
+            self.compute_efficiency,
+            self.bandwidth_efficiency,
+            self.kv_bandwidth_efficiency,
+            self.overhead_ms,
+            self.mode,
+        )
 
     def __post_init__(self) -> None:
-        if not self.time_scale > 0:
-            raise SpecError(f"must be positive, got {self.time_scale}", field="time_scale")
+        check_number(self.time_scale, field="time_scale", maximum=MAX_TIME_SCALE)
+        for name in ("keep_alive_timeout_s", "request_timeout_s"):
+            check_number(getattr(self, name), field=name, maximum=MAX_DURATION_S)
         if self.stream_interval < 1:
             raise SpecError(
                 f"must be at least 1, got {self.stream_interval}", field="stream_interval"
             )
+        check_tokens(self.stream_interval, field="stream_interval")
+        if self.budget_tokens is not None:
+            check_tokens(self.budget_tokens, field="budget")
+        check_count(self.max_num_seqs, field="max_num_seqs", maximum=MAX_SEQS)
+        if self.max_model_len is not None:
+            check_tokens(self.max_model_len, field="max_model_len", minimum=2)
+        check_share(self.gpu_memory_utilization, field="gpu_memory_utilization")
+        check_count(self.block_size, field="block_size", maximum=MAX_BLOCK_TOKENS, what="tokens")
+        check_tokens(
+            self.long_prefill_token_threshold, field="long_prefill_token_threshold", minimum=0
+        )
+        check_port(self.port, field="port", allow_zero=True)

@@ -24,7 +24,8 @@ from typing import IO
 import numpy as np
 
 from budgettune.core.clock import sleep_until
-from budgettune.engines.embedded.http11 import END_CHUNK, chunk
+from budgettune.engines.embedded.http11 import Exchange
+from budgettune.engines.embedded.wire import DONE_EVENT, Endpoint, Usage, Wire
 from budgettune.engines.prometheus import EngineMetrics, Histogram
 from budgettune.model.stepmodel import StepModel
 from budgettune.sim.scheduler import Scheduler
@@ -35,7 +36,7 @@ CATCH_UP_S = 0.005
 LATENESS_BUCKETS_S = (
     0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05,
 )  # fmt: skip
-TOKEN_TEXT = " tok"
+TOKEN_TEXT = b" tok"
 MAX_UNREAD_BYTES = 16 * 2**20  # a stream the client stopped reading is aborted beyond this
 LATENESS_SAMPLES_KEPT = 200_000  # the last iterations, for the shutdown summary
 
@@ -45,15 +46,15 @@ class LiveRequest:
     """One request being served: its stream, what it asked for, and its progress."""
 
     rid: int
-    writer: asyncio.StreamWriter
-    reader: asyncio.StreamReader
+    exchange: Exchange
+    endpoint: Endpoint
     prompt_tokens: int
     max_tokens: int
     stream: bool
     include_usage: bool
     continuous_usage: bool
     arrival_s: float
-    head: bytes = b""  # the start of every SSE payload of this request
+    wire: Wire | None = None  # its answer's bytes, set on submit
     emitted: int = 0
     pending: int = 0  # tokens produced but not yet written (stream interval > 1)
     first_token_s: float = 0.0
@@ -103,11 +104,7 @@ class SimCore:
 
     def submit(self, request: LiveRequest) -> None:
         """Queue a validated request (``scheduler.rejection`` already checked)."""
-        request.head = (
-            b'{"id":"cmpl-%d","object":"text_completion","created":%d,"model":"%s",'
-            b'"choices":[{"index":0,"text":"'
-            % (request.rid, self._created, self.model_name.encode())
-        )
+        request.wire = Wire(request.endpoint, request.rid, self._created, self.model_name)
         self.scheduler.add(request.rid, request.prompt_tokens, request.max_tokens)
         self._live[request.rid] = request
         self.metrics.waiting = self.scheduler.num_waiting
@@ -181,10 +178,9 @@ class SimCore:
         else:
             metrics.observe_gap(produced_s - request.last_token_s)
         request.last_token_s = produced_s
+        exchange = request.exchange
         if (
-            request.reader.at_eof()
-            or request.writer.is_closing()
-            or request.writer.transport.get_write_buffer_size() > MAX_UNREAD_BYTES
+            exchange.client_gone or exchange.unsent_bytes > MAX_UNREAD_BYTES
         ):  # the client hung up, or stopped reading
             self.abort(request)
             return
@@ -194,61 +190,41 @@ class SimCore:
             self._write_tokens(request, last)
         if last:
             if not request.stream:
-                request.writer.write(self.final_body(request))
+                exchange.respond(200, self.final_body(request))
             metrics.success_by_reason["length"] = metrics.success_by_reason.get("length", 0) + 1
             metrics.e2e.observe(produced_s - request.arrival_s)
             self._live.pop(request.rid, None)
             request.done.set_result(None)
 
-    def _usage(self, request: LiveRequest) -> bytes:
-        return b'"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}' % (
-            request.prompt_tokens,
-            request.prompt_tokens + request.emitted,
-            request.emitted,
-        )
-
     def _write_tokens(self, request: LiveRequest, last: bool) -> None:
+        """Write the tokens produced since the last write as one SSE event (the first also gets
+        the chat role event before it, the last the usage event and [DONE] after it)."""
+        wire = request.wire
+        assert wire is not None  # set on submit
         k = request.pending
         request.pending = 0
-        reason = b'"length"' if last else b"null"
-        payload = (
-            b"data: "
-            + request.head
-            + (TOKEN_TEXT * k).encode()
-            + b'","logprobs":null,"finish_reason":%s,"stop_reason":null}]' % reason
+        # Usage objects only when sent: this runs for every stream at every iteration.
+        continuous = (
+            Usage(request.prompt_tokens, request.emitted) if request.continuous_usage else None
         )
-        if request.continuous_usage:
-            payload += b"," + self._usage(request)
-        out = chunk(payload + b"}\n\n")
+        events: list[bytes] = []
+        if request.emitted == k:  # nothing written before this
+            opening_usage = Usage(request.prompt_tokens, 0) if request.continuous_usage else None
+            events += wire.opening(opening_usage)
+        events.append(wire.tokens(TOKEN_TEXT * k, last=last, usage=continuous))
         if last:
             if request.include_usage:
-                final = b'data: {"id":"cmpl-%d","object":"text_completion","created":%d,' % (
-                    request.rid,
-                    self._created,
-                ) + b'"model":"%s","choices":[],%s}\n\n' % (
-                    self.model_name.encode(),
-                    self._usage(request),
-                )
-                out += chunk(final)
-            out += chunk(b"data: [DONE]\n\n") + END_CHUNK
-        request.writer.write(out)
+                events.append(wire.usage_event(Usage(request.prompt_tokens, request.emitted)))
+            events.append(DONE_EVENT)
+        request.exchange.send_chunks(events, end=last)
         if self.emission_log is not None:
             self.emission_log.write(f"{request.rid},{k},{time.monotonic():.7f}\n")
 
     def final_body(self, request: LiveRequest) -> bytes:
-        """The non-streamed response of a finished request, with its HTTP head."""
-        body = (
-            request.head
-            + (TOKEN_TEXT * request.emitted).encode()
-            + b'","logprobs":null,"finish_reason":"length","stop_reason":null}],'
-            + self._usage(request)
-            + b"}"
-        )
-        head = (
-            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\nConnection: keep-alive\r\n\r\n" % len(body)
-        )
-        return head + body
+        """The JSON body of a finished request's non-streamed answer."""
+        assert request.wire is not None  # set on submit
+        usage = Usage(request.prompt_tokens, request.emitted)
+        return request.wire.whole(TOKEN_TEXT * request.emitted, usage)
 
     def lateness_summary(self) -> str:
         """One line on the loop's timing error (iteration end minus modeled end)."""

@@ -13,6 +13,26 @@ from budgettune.engines.process import launch_process
 
 # Set by the launcher to its own pid; the server stops when its parent is no longer that pid.
 PARENT_PID_VAR = "BUDGETTUNE_PARENT_PID"
+API_KEY_VAR = "VLLM_API_KEY"  # vLLM's variable for --api-key; the embedded engine reads it too
+
+
+# Flags budgettune sets on the embedded engine at every launch; given again as --engine-arg they
+# would run another budget under this one's name. The others it sets only when asked (below)
+# are refused when it does. Its parser expands no abbreviation (allow_abbrev off: its own
+# --mode is a prefix of --model), so only exact spellings are compared.
+MANAGED_FLAGS = {
+    "--host": "always the spec's host",
+    "--port": "--port",
+    "--max-num-batched-tokens": "--budget",
+    "--enable-chunked-prefill": "--budget none",
+    "--no-enable-chunked-prefill": "--budget none",
+}
+WHEN_SET = {
+    "--max-num-seqs": "--max-num-seqs",
+    "--model": "--model",
+    "--gpu": "--gpu",
+    "--max-model-len": "--max-model-len",
+}
 
 
 class SimEngine:
@@ -20,8 +40,13 @@ class SimEngine:
 
     name = "sim"
     health_path = "/health"
+    metrics_path = "/metrics"
 
     def command(self, spec: LaunchSpec, port: int) -> list[str]:
+        """The embedded engine's argument list. Raises UserError when the pass-through
+        arguments repeat a flag budgettune sets."""
+        from budgettune.engines.served import check_passthrough
+
         base = list(spec.engine_cmd or (sys.executable, "-m", "budgettune.engines.embedded"))
         cmd = [*base, "--host", spec.host, "--port", str(port)]
         if spec.budget_tokens is not None:
@@ -36,10 +61,17 @@ class SimEngine:
             cmd += ["--gpu", spec.gpu]
         if spec.max_model_len is not None:
             cmd += ["--max-model-len", str(spec.max_model_len)]
+        managed = {**MANAGED_FLAGS, **{f: o for f, o in WHEN_SET.items() if f in cmd}}
+        check_passthrough(spec.extra_args, managed, "sim", abbreviations=False)
         return cmd + list(spec.extra_args)
 
     def environment(self, spec: LaunchSpec) -> dict[str, str]:
-        return {"PYTHONUNBUFFERED": "1", PARENT_PID_VAR: str(os.getpid()), **spec.env}
+        env = {"PYTHONUNBUFFERED": "1", PARENT_PID_VAR: str(os.getpid()), **spec.env}
+        if spec.api_key:
+            # The key goes by VLLM_API_KEY (read as vLLM reads it when --api-key is not given),
+            # not as --api-key: the command line is recorded in results and shown by ps.
+            env[API_KEY_VAR] = spec.api_key
+        return env
 
     def launch(
         self, spec: LaunchSpec, on_progress: ProgressCallback | None = None

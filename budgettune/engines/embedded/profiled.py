@@ -42,9 +42,8 @@ def profiled_model(path: Path | str, gpu: str) -> ProfiledModel:
     )
     card = resolve_gpu(preset or gpu)
     settings = profile.engine.settings
-    tensor_parallel = int(
-        settings.get("tensor_parallel") or settings.get("tensor_parallel_size") or 1
-    )
+    recorded = settings.get("tensor_parallel") or settings.get("tensor_parallel_size")
+    tensor_parallel = int(recorded) if isinstance(recorded, int | float) else 1
     where = f"{profile.hardware.kind} {profile.hardware.name}"
     return ProfiledModel(
         step_model=step_model,

@@ -14,16 +14,18 @@ import contextlib
 import os
 import signal
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO
 
 from budgettune import __version__
 from budgettune.core.errors import SpecError
+from budgettune.core.files import check_overwrite, storage_error
 from budgettune.core.hardware import dtype_bytes, resolve_gpu, resolve_model
 from budgettune.engines.embedded.app import SimApp
 from budgettune.engines.embedded.config import SimServerConfig
 from budgettune.engines.embedded.core import SimCore
 from budgettune.engines.embedded.engine import PARENT_PID_VAR
-from budgettune.engines.embedded.http11 import serve_connection
+from budgettune.engines.embedded.http11 import MAX_BODY_BYTES, ConnectionLimits, serve_connection
 from budgettune.engines.embedded.profiled import profiled_model
 from budgettune.engines.prometheus import EngineMetrics
 from budgettune.model.stepmodel import StepModel
@@ -51,15 +53,11 @@ def build(config: SimServerConfig) -> tuple[SimCore, SimApp, str]:
     else:
         shape = resolve_model(config.model)
         gpu = resolve_gpu(config.gpu)
+        calibration = config.choice.resolve(gpu.name)
         step_model = StepModel.from_hardware(
-            shape,
-            gpu,
-            bytes_per_weight=dtype_bytes(config.dtype),
-            compute_efficiency=config.compute_efficiency,
-            bandwidth_efficiency=config.bandwidth_efficiency,
-            overhead_s=config.overhead_ms / 1e3,
-            mode=config.mode,
+            shape, gpu, calibration=calibration, bytes_per_weight=dtype_bytes(config.dtype)
         )
+        source = f"presets, calibration {calibration.name} ({step_model.mode})"
     blocks = kv_capacity_blocks(
         step_model,
         gpu,
@@ -96,7 +94,10 @@ def build(config: SimServerConfig) -> tuple[SimCore, SimApp, str]:
         f"KV {blocks} blocks of {config.block_size}, ridge {step_model.ridge_tokens:.0f} tokens, "
         f"time scale {config.time_scale:g}; step model from {source}"
     )
-    return core, SimApp(core, model_name=name, max_model_len=max_len), banner
+    if config.api_key:
+        banner += "; API key required on /v1"
+    app = SimApp(core, model_name=name, max_model_len=max_len, api_key=config.api_key)
+    return core, app, banner
 
 
 async def _stop_when_orphaned(stop: asyncio.Event) -> None:
@@ -114,6 +115,35 @@ async def _stop_when_orphaned(stop: asyncio.Event) -> None:
         await asyncio.sleep(0.5)
 
 
+EMISSION_HEADER = "request,tokens,time_s\n"
+# The largest body worth reading is a prompt as long as the context: a token id is at most 8
+# characters and a comma, a text token 4 bytes, each up to 6 once JSON-escaped (\u00e9).
+BODY_BYTES_PER_TOKEN = 32
+BODY_BASE_BYTES = 64 * 1024
+
+
+def body_limit_bytes(max_model_len: int) -> int:
+    """The request body cap for a server of ``max_model_len`` tokens: room for a prompt that
+    fills the context, at most MAX_BODY_BYTES (64 MiB). Bodies are buffered whole, so a lower
+    cap is less memory per request held."""
+    return min(MAX_BODY_BYTES, BODY_BASE_BYTES + BODY_BYTES_PER_TOKEN * max_model_len)
+
+
+def open_emission_log(path: Path) -> IO[str]:
+    """The emission CSV, its header written; over a file budgettune wrote only. Raises
+    UserError (field ``emission_log``) for a path that cannot be written, StorageError for a
+    full disk."""
+    header = EMISSION_HEADER.encode()
+    check_overwrite(path, lambda head: head.startswith(header), field="emission_log",
+                    what="CSV file")  # fmt: skip
+    try:
+        log = open(path, "w", buffering=1 << 20)  # noqa: SIM115 (the caller closes it)
+        log.write(EMISSION_HEADER)
+    except OSError as error:
+        raise storage_error(error, path, field="emission_log") from None
+    return log
+
+
 async def serve(
     config: SimServerConfig,
     *,
@@ -129,8 +159,7 @@ async def serve(
     stop = stop or asyncio.Event()
     log: IO[str] | None = None
     if config.emission_log is not None:
-        log = open(config.emission_log, "w", buffering=1 << 20)  # noqa: SIM115 (closed below)
-        log.write("request,tokens,time_s\n")
+        log = open_emission_log(config.emission_log)
         core.emission_log = log
     loop = asyncio.get_running_loop()
     handled: list[signal.Signals] = []
@@ -138,8 +167,16 @@ async def serve(
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(sig, stop.set)
             handled.append(sig)
+    limits = ConnectionLimits(
+        keep_alive_timeout_s=config.keep_alive_timeout_s,
+        request_timeout_s=config.request_timeout_s,
+        max_body_bytes=body_limit_bytes(app.max_model_len),
+    )
     server = await asyncio.start_server(
-        lambda r, w: serve_connection(r, w, app.handle), config.host, config.port, backlog=4096
+        lambda r, w: serve_connection(r, w, app.handle, limits),
+        config.host,
+        config.port,
+        backlog=4096,
     )
     runner = asyncio.create_task(core.run())
     stopper = asyncio.create_task(stop.wait())

@@ -1,0 +1,144 @@
+"""The sweep's live verifications in rounds: each round verifies up to one budget per slot (the
+interval search's picks, :func:`budgettune.tune.strategy.next_indices`; with one slot exactly the
+sequential search), through an executor, appending each point to points.jsonl as it arrives.
+
+The engine default ("what you run today") fills a slot the search leaves free, else gets a round
+of its own at the end. A point whose worker was lost (Ray) is re-queued once.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+
+from budgettune.app.executors import Executor, RoundEvents
+from budgettune.app.slot_job import SlotJob
+from budgettune.app.slots import Slot
+from budgettune.app.traffic import Traffic
+from budgettune.artifacts.runfolder import append_point
+from budgettune.tune.candidates import Candidates
+from budgettune.tune.point import Point, Predicted, Role, Status
+from budgettune.tune.predict import Prediction
+from budgettune.tune.strategy import SearchState, Verdict, clear_fallback, next_indices
+from budgettune.tune.sweep_config import SweepConfig
+
+REQUEUE_LOST = 1  # times a point whose worker was lost is queued again
+
+
+@dataclass(slots=True)
+class RoundsOutcome:
+    """How the verification went: engine launches made and rounds run by this invocation."""
+
+    launches: int = 0
+    rounds: int = 0
+
+
+async def verify_in_rounds(
+    config: SweepConfig,
+    traffic: Traffic,
+    candidates: Candidates,
+    predictions: Mapping[int, Prediction],
+    done: dict[int, Point],
+    *,
+    executor: Executor,
+    slots: Sequence[Slot],
+    events: RoundEvents,
+    on_point: Callable[[Point], None] | None = None,
+    on_round: Callable[[int, Sequence[tuple[int, Role]]], None] | None = None,
+) -> RoundsOutcome:
+    """Verify what the search needs, round by round, into ``done`` (budget -> point; resumed
+    points are already there and are not run again)."""
+    outcome = RoundsOutcome()
+    verdicts = {
+        b: Verdict(*_ok(config, p)) for b, p in predictions.items()
+    }  # the predictions' verdicts
+    schedules = (traffic.schedule, *(traffic.reseeded(k) for k in range(1, config.max_replays)))
+    k = len(slots)
+    requeued: dict[int, int] = {}
+
+    async def run_round(pairs: list[tuple[int, Role]]) -> None:
+        outcome.rounds += 1
+        outcome.launches += len(pairs)
+        if on_round is not None:
+            on_round(outcome.rounds, pairs)
+        ports = _distinct_free_ports(len(pairs)) if k > 1 else [config.base_spec.port]
+        jobs = [
+            SlotJob(
+                config=config,
+                budget=budget,
+                role=role,
+                predicted=Predicted.of(predictions[budget]) if budget in predictions else None,
+                schedules=schedules,
+                slot=slots[i],
+                port=ports[i],
+                round=outcome.rounds,
+                early_stop=not config.exhaustive,
+            )
+            for i, (budget, role) in enumerate(pairs)
+        ]
+
+        def finished(point: Point) -> None:
+            append_point(config.run_dir, point)
+            done[point.budget] = point
+            if on_point is not None:
+                on_point(point)
+
+        await executor.run_round(jobs, finished, events)
+        lost = [(b, r) for b, r in pairs if done[b].status is Status.LOST]
+        again = [(b, r) for b, r in lost if requeued.get(b, 0) < REQUEUE_LOST]
+        for budget, _ in again:
+            requeued[budget] = requeued.get(budget, 0) + 1
+            if events.on_message is not None:
+                events.on_message(f"  budget {budget}: {done[budget].error}; queued again")
+        if again:
+            await run_round(again)
+
+    reference = config.default_budget
+    if config.exhaustive:
+        todo = [b for b in candidates.budgets if b not in done]
+        for start in range(0, len(todo), k):
+            await run_round([(b, Role.CANDIDATE) for b in todo[start : start + k]])
+    while not config.exhaustive:
+        usable = [b for b in candidates.budgets if b not in done or done[b].is_measured]
+        state = SearchState(n=len(usable))
+        for position, budget in enumerate(usable):
+            if budget in done:
+                point = done[budget]
+                state.record(position, Verdict(bool(point.tbt_ok), bool(point.ttft_ok)))
+        picks = next_indices(state, [verdicts[b] for b in usable], k)
+        if not picks:
+            # The answer is a marginal pass: verify below it until a budget passes clearly,
+            # so the verdict can name one.
+            clear = {i for i, b in enumerate(usable) if b in done and done[b].clear_pass}
+            fallback = clear_fallback(state, clear)
+            picks = [] if fallback is None else [fallback]
+        if not picks:
+            break
+        pairs = [(usable[i], Role.CANDIDATE) for i in picks]
+        spare = len(pairs) < k and reference is not None and reference not in done
+        if spare and reference not in {b for b, _ in pairs}:
+            assert reference is not None
+            pairs.append((reference, Role.REFERENCE))  # a free slot: today's budget
+        await run_round(pairs)
+    if reference is not None and reference not in done:
+        await run_round([(reference, Role.REFERENCE)])
+    return outcome
+
+
+def _ok(config: SweepConfig, prediction: Prediction) -> tuple[bool, bool]:
+    judgement = config.slo.judge_at(prediction.tbt_s, prediction.ttft_s)
+    return judgement.tbt_ok, judgement.ttft_ok
+
+
+def _distinct_free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` ports free on ``host`` now, all different: every socket is held open until all
+    are bound, so no two slots of a round can be given one port."""
+    with ExitStack() as stack:
+        sockets = []
+        for _ in range(count):
+            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind((host, 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
