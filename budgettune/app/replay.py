@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from budgettune.artifacts.results import Results, save_results
+from budgettune.artifacts.results import RESULTS_FILE, Results, save_results
 from budgettune.core.errors import StorageError
 from budgettune.core.metrics import MetricsSummary, summarize
 from budgettune.core.units import finite_or_none
@@ -189,7 +189,8 @@ def save_replay(config: ReplayConfig, result: ReplayResult, output_dir: Path | N
     if folder is None:
         return
     try:
-        result.results_file = save_results(_results(config, result), folder)
+        # -o names a folder (the engine log is already in it), whatever its name ends with.
+        result.results_file = save_results(_results(config, result), folder / RESULTS_FILE)
         if config.write_report:
             from budgettune.app.report import run_report  # plotly only when writing a page
 

@@ -323,8 +323,8 @@ def write_simulate_outputs(results: Results, folder: Path) -> tuple[Path, Path]:
     """Write ``folder``/results.json and the HTML report rendered from it; returns both paths.
     Raises UserError when the folder cannot be written."""
     from budgettune.app.report import run_report
-    from budgettune.artifacts.results import save_results
+    from budgettune.artifacts.results import RESULTS_FILE, save_results
 
-    results_file = save_results(results, folder)
+    results_file = save_results(results, folder / RESULTS_FILE)  # -o is a folder, even x.json
     page = run_report(results_file)
     return results_file, page.path

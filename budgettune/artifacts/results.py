@@ -110,8 +110,9 @@ def point_records(point: Mapping[str, Any]) -> list[LiveRecord]:
 
 
 def results_path(path: Path) -> Path:
-    """``path`` itself when it names a .json file, else ``path / results.json``."""
-    return path if path.suffix == ".json" else path / RESULTS_FILE
+    """``path`` itself when it names a .json file, else ``path / results.json`` (a folder whose
+    name ends in .json included: replay's and simulate's -o is a folder whatever its name)."""
+    return path if path.suffix == ".json" and not path.is_dir() else path / RESULTS_FILE
 
 
 def save_results(results: Results, path: Path) -> Path:

@@ -67,6 +67,22 @@ def test_replay_launches_sim_prints_json_and_writes_results(
     assert "engine-512.log" in page  # links to the raw files
 
 
+def test_an_output_folder_named_like_a_json_file_gets_the_results(
+    budgettune_cmd: list[str], tmp_path: Path
+) -> None:
+    """-o is a folder whatever its name: `-o r.json` once ran the whole replay, put the engine
+    log in a folder r.json, then refused to write results.json over that folder (all lost)."""
+    out = tmp_path / "r.json"
+    done = subprocess.run(
+        [*budgettune_cmd, "replay", "--engine", "sim", "--budget", "512", *TRAFFIC, "fixed:3",
+         "-o", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["engine-512.log", "report.html", "results.json"]
+    assert load_results(out).points[0]["completed"] == 8
+
+
 def test_serve_in_foreground_measured_with_url_then_ctrl_c(
     budgettune_cmd: list[str], tmp_path: Path
 ) -> None:
