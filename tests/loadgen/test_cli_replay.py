@@ -79,7 +79,8 @@ def test_an_output_folder_named_like_a_json_file_gets_the_results(
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["engine-512.log", "report.html", "results.json"]
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["engine-512.log", "report.html", "results.json"]
     assert load_results(out).points[0]["completed"] == 8
 
 
