@@ -42,8 +42,12 @@ MERGED_MODES = ("spread", "first")
 MERGED_WARN_SHARE = 0.01
 START_LEAD_S = 0.05  # the first target lies this far after start, so it is not late by setup
 # A request's send starts this long before its target; httpx's share (the pool, a new
-# connection, serialising: 0.3-1 ms here) is done by then and the bytes wait at the socket.
-PREPARE_LEAD_S = 0.004
+# connection, serialising) is done by then and the bytes wait at the socket until due. 4 ms was
+# too short for a replay's first sends (new connections, cold code): 60 sim requests at 7/s had
+# send lag p99 7.3-9.7 ms, always from the first few requests, and were flagged busy; with 30 ms,
+# 3.0 ms and under. bench_loadgen B (pinned), alternated: p99 14.7 and 9.6 ms at 4 ms against 4.6
+# and 3.7 ms at 30 ms (README: How the numbers are counted).
+PREPARE_LEAD_S = 0.030
 PREFIX_SEED_SALT = 1_000_003
 # Idle connections are dropped well before vLLM's (uvicorn's) 5 s keep-alive timeout: reusing one
 # just as the server closes it fails the request ("Server disconnected without sending a
