@@ -123,7 +123,7 @@ def main() -> None:
                 f"  run {run}: p99 TBT {_number(at['tbt_at_slo_ms'])} ms {_ci(tbt_ci)}, p99 TTFT "
                 f"{_number(at['ttft_at_slo_ms'])} ms {_ci(ttft_ci)}: "
                 f"{'pass' if point['ok'] else 'fail'}, {point['confidence']}, "
-                f"{point['replays']} replay(s)"
+                f"{point['replays']} replay(s){_machine(point)}"
             )
         tbts = [
             p["measured"]["tbt_at_slo_ms"]
@@ -134,6 +134,16 @@ def main() -> None:
         if len(tbts) > 1:
             print(f"  p99 TBT across runs: {min(tbts):.1f}-{max(tbts):.1f} ms "
                   f"(spread {max(tbts) - min(tbts):.1f} ms)")  # fmt: skip
+
+
+def _machine(point: dict) -> str:
+    """The machine-speed readings around the point's first replay (selfcheck.machine_ref_ms),
+    so a slow run can be told from a slow machine; empty for a sweep that did not record them."""
+    ref = (point.get("selfcheck") or {}).get("machine_ref_ms") or {}
+    if ref.get("before") is None:
+        return ""
+    after = ref.get("after")
+    return f"; machine ref {ref['before']:.1f}/{'-' if after is None else f'{after:.1f}'} ms"
 
 
 def _number(value: float | None) -> str:

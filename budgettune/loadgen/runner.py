@@ -32,6 +32,7 @@ from budgettune.loadgen.client import (
     request_body,
     stream_completion,
 )
+from budgettune.loadgen.machine_speed import reference_ms
 from budgettune.loadgen.selfcheck import LagStats, SelfCheck
 from budgettune.loadgen.server_metrics import ServerSnapshot, scrape
 from budgettune.loadgen.stop import Stop, StopReason
@@ -200,6 +201,10 @@ class RunOutcome:
     merged_chunks_mode: str = "spread"
     concurrency: int | None = None  # closed loop with this many in flight (None: open loop)
     client_cpu_share: float | None = None  # this process's CPU time over the run / its wall
+    # machine_speed.reference_ms just before the first send and after the last response (None:
+    # not taken, e.g. an interrupted run has no after)
+    machine_ref_before_ms: float | None = None
+    machine_ref_after_ms: float | None = None
     continuous_usage: bool = False  # chunks carried usage: a merged chunk's tokens were known
     server_before: ServerSnapshot | None = None
     server_after: ServerSnapshot | None = None
@@ -249,6 +254,8 @@ class RunOutcome:
             duration_s=round(self.duration_s, 4),
             concurrency=self.concurrency,
             client_cpu_share=finite_or_none(self.client_cpu_share, digits=3),
+            machine_ref_before_ms=self.machine_ref_before_ms,
+            machine_ref_after_ms=self.machine_ref_after_ms,
         )
 
 
@@ -400,6 +407,7 @@ async def run_schedule(
             if options.scrape_metrics
             else None
         )
+        ref_before_ms = reference_ms()  # nothing sent yet: the engine is idle too
         start_ns = time.monotonic_ns() + int(START_LEAD_S * 1e9)
         start_s = start_ns / 1e9
         last_done_s = start_s
@@ -513,6 +521,7 @@ async def run_schedule(
         after = None
         if options.scrape_metrics and not interrupted:
             after = await scrape(client, target.base_url, target.metrics_path)
+        ref_after_ms = None if interrupted else reference_ms()
     records = [finished[i] for i in sorted(finished)]
     return RunOutcome(
         records=records,
@@ -526,6 +535,8 @@ async def run_schedule(
         concurrency=options.concurrency,
         continuous_usage=options.continuous_usage,
         client_cpu_share=cpu_s / wall_s if wall_s > 0 else None,
+        machine_ref_before_ms=ref_before_ms,
+        machine_ref_after_ms=ref_after_ms,
         server_before=before,
         server_after=after,
         wake_late_s=np.array([_late_s(send_times[live.record.request_id]) for live in records]),

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from budgettune.loadgen.machine_speed import SPEED_CHANGE_RATIO, speed_change
+
 # The client's health, one rule for every command that measures (replay, sweep): past any of
 # these the latencies it measured include its own delay, and a sweep replays the budget again.
 LAG_WARN_MS = 5.0  # send lag p99: requests left this late
@@ -49,11 +51,13 @@ class SelfCheck:
     duration_s: float
     concurrency: int | None = None
     client_cpu_share: float | None = None  # the client process's CPU time / the run's wall time
+    machine_ref_before_ms: float | None = None  # machine_speed.reference_ms before the run
+    machine_ref_after_ms: float | None = None  # and after it
 
     def health_warnings(self) -> tuple[str, ...]:
         """What was wrong with the load generator itself during the run, one sentence each
         (empty: healthy): requests sent late, the send rate off the schedule's (open loop,
-        whole runs), the client's CPU saturated."""
+        whole runs), the client's CPU saturated, the machine's speed changed during the run."""
         found = []
         lag_p99 = self.send_lag.p99_ms
         if lag_p99 is not None and lag_p99 > LAG_WARN_MS:
@@ -80,6 +84,14 @@ class SelfCheck:
                 f"the load generator's CPU was saturated ({share:.0%} of a core over the run): "
                 "its timings include its own queueing"
             )
+        before, after = self.machine_ref_before_ms, self.machine_ref_after_ms
+        change = speed_change(before, after)
+        if change is not None and change > SPEED_CHANGE_RATIO:
+            found.append(
+                f"the machine's speed changed during the run (a fixed reference loop took "
+                f"{before:.1f} ms before and {after:.1f} ms after, x{change:.2f}): its latencies "
+                "mix two speeds"
+            )
         return tuple(found)
 
     def to_json(self) -> dict[str, object]:
@@ -102,5 +114,9 @@ class SelfCheck:
             "duration_s": self.duration_s,
             "concurrency": self.concurrency,
             "client_cpu_share": self.client_cpu_share,
+            "machine_ref_ms": {
+                "before": self.machine_ref_before_ms,
+                "after": self.machine_ref_after_ms,
+            },
             "client_warnings": list(self.health_warnings()),
         }

@@ -76,6 +76,10 @@ def test_exact_token_counts_send_times_and_selfcheck(tmp_path: Path) -> None:
     assert server.ttft is not None and server.ttft.count == n
     summary = summarize([live.record for live in outcome.records])
     assert summary.completed == n and summary.failed == 0
+    # The machine's speed, read before the first send and after the last response.
+    before, after = check.machine_ref_before_ms, check.machine_ref_after_ms
+    assert before is not None and after is not None and before > 0 and after > 0
+    assert check.to_json()["machine_ref_ms"] == {"before": before, "after": after}
 
 
 def test_larger_budget_lowers_long_prompt_ttft_and_raises_p99_tbt(tmp_path: Path) -> None:

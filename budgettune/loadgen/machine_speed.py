@@ -1,0 +1,38 @@
+"""The machine's speed, read from inside: the time of one fixed unit of pure-Python work, taken
+by the load generator just before a replay's first send and just after its last response, when
+neither it nor the engine has anything to do (so it perturbs nothing it measures).
+
+Why: on this project's 2-core CI machine (a Firecracker VM) the same unit of work took 101-108 ms
+for minutes, then 167-200 ms, with the kernel counting 0.0-0.3% of the time as stolen
+(benchmarks/bench_machine_speed.py, README "Does the answer repeat?"). A replay that straddles
+such a change mixes two machines' latencies, and only a timing of known work sees it."""
+
+from __future__ import annotations
+
+import time
+
+REFERENCE_LOOPS = 200_000  # one unit: about 10 ms of one core on the 2-core machine
+REFERENCE_UNITS = 5  # the fastest of this many is the reading (other work only adds time)
+# Before and after further apart than this: the machine changed speed during the run. The two
+# states seen differ by x1.6-1.9; readings of an unchanged machine differed by at most x1.09
+# (41 readings on each core, idle, 2026-12-02).
+SPEED_CHANGE_RATIO = 1.3
+
+
+def reference_ms() -> float:
+    """Milliseconds of the fastest of REFERENCE_UNITS runs of the fixed unit."""
+    fastest_s = float("inf")
+    for _ in range(REFERENCE_UNITS):
+        started = time.perf_counter()
+        total = 0
+        for i in range(REFERENCE_LOOPS):
+            total += i * i
+        fastest_s = min(fastest_s, time.perf_counter() - started)
+    return round(fastest_s * 1e3, 3)
+
+
+def speed_change(before_ms: float | None, after_ms: float | None) -> float | None:
+    """The slower reading over the faster (>= 1), None without both."""
+    if not before_ms or not after_ms:
+        return None
+    return max(before_ms, after_ms) / min(before_ms, after_ms)

@@ -1,0 +1,49 @@
+"""The machine-speed reading around a replay: a change between before and after is a client
+health warning (so a sweep sets the replay aside and measures it again); a steady machine is
+not, and a run without both readings is not judged."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from budgettune.loadgen.machine_speed import SPEED_CHANGE_RATIO, reference_ms, speed_change
+from budgettune.loadgen.selfcheck import LagStats, SelfCheck
+
+HEALTHY = SelfCheck(
+    scheduled=10, sent=10, target_rate_per_s=5.0, achieved_rate_per_s=5.0,
+    send_lag=LagStats(0.01, 0.5, 1.0), timer_lateness=LagStats(0.0, 0.2, 0.4), chunks=100,
+    merged_chunks=0, merged_chunk_share=0.0, merged_chunks_mode="spread",
+    merged_chunks_warning=False, complete=True, stop_reason=None, duration_s=2.0,
+    machine_ref_before_ms=101.0, machine_ref_after_ms=104.0,
+)  # fmt: skip
+
+
+def test_a_steady_machine_is_healthy() -> None:
+    assert HEALTHY.health_warnings() == ()
+
+
+@pytest.mark.parametrize("before, after", [(103.0, 167.6), (200.0, 104.0)])
+def test_a_speed_change_either_way_is_a_warning(before: float, after: float) -> None:
+    check = replace(HEALTHY, machine_ref_before_ms=before, machine_ref_after_ms=after)
+    (warning,) = check.health_warnings()
+    assert warning.startswith("the machine's speed changed during the run")
+    assert f"{before:.1f} ms before and {after:.1f} ms after" in warning
+    assert check.to_json()["client_warnings"] == [warning]
+
+
+def test_just_under_the_ratio_is_not_a_change() -> None:
+    check = replace(HEALTHY, machine_ref_before_ms=100.0, machine_ref_after_ms=129.0)
+    assert SPEED_CHANGE_RATIO > 1.29 and check.health_warnings() == ()
+
+
+def test_without_both_readings_nothing_is_judged() -> None:
+    # an interrupted run has no after reading
+    assert speed_change(100.0, None) is None
+    assert replace(HEALTHY, machine_ref_after_ms=None).health_warnings() == ()
+
+
+def test_the_reading_is_a_positive_time() -> None:
+    first, second = reference_ms(), reference_ms()
+    assert first > 0 and second > 0
