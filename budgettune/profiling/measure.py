@@ -32,7 +32,7 @@ from budgettune.loadgen.client import Endpoint, SSEParser, StreamResult, request
 from budgettune.loadgen.server_metrics import sample_labels
 from budgettune.loadgen.transport import arrival_ns, async_client
 from budgettune.model.profile import EngineInfo, Hardware, Probe
-from budgettune.profiling.plan import ProbeSpec, describe
+from budgettune.profiling.plan import ProbeSpec, describe, tight
 
 T = TypeVar("T")
 SPACING_ITERATIONS = 3  # decode iterations between two injected prompts of the mixed series
@@ -41,19 +41,6 @@ MIN_RUN_ITERATIONS = 3  # iterations per timed run of the steady window
 ADMISSION_ATTEMPTS = 3  # decoders restarted with longer outputs when not admitted together
 POLL_S = 0.0005
 FIRST_TOKEN_IDS = 100  # random prompt ids start here, clear of special tokens
-
-
-TIGHT_REPEATS = 3  # a probe whose first repeats agree stops after this many
-TIGHT_SPREAD = 0.02  # ... when they lie within 2% of their median
-
-
-def tight(times_s: list[float]) -> bool:
-    """Enough repeats of one probe: at least TIGHT_REPEATS, all within TIGHT_SPREAD of their
-    median (on a noisy CPU they rarely are, and every repeat is taken)."""
-    if len(times_s) < TIGHT_REPEATS:
-        return False
-    middle = float(np.median(times_s))
-    return middle > 0 and (max(times_s) - min(times_s)) <= TIGHT_SPREAD * middle
 
 
 class _LoopThread:

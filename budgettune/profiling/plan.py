@@ -11,6 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import numpy as np
+
 from budgettune.core.errors import BudgettuneError, EngineError
 from budgettune.model.profile import EngineInfo, Hardware, Probe
 
@@ -27,6 +29,17 @@ DEFAULT_CONTEXTS = (256, 1024, 4096)
 MIXED_PROMPTS = (256, 1024, 4096)
 MIXED_BATCHES = (8, 64, 256)
 REFINE_FACTORS = (0.7, 0.85, 1.15, 1.3)  # extra prefill sizes around a first-pass knee
+TIGHT_REPEATS = 3  # a probe whose first repeats agree stops after this many
+TIGHT_SPREAD = 0.02  # ... when they lie within 2% of their median
+
+
+def tight(times_s: Sequence[float]) -> bool:
+    """Enough repeats of one probe: at least TIGHT_REPEATS, all within TIGHT_SPREAD of their
+    median (on a noisy CPU they rarely are, and every repeat is taken)."""
+    if len(times_s) < TIGHT_REPEATS:
+        return False
+    middle = float(np.median(times_s))
+    return middle > 0 and (max(times_s) - min(times_s)) <= TIGHT_SPREAD * middle
 
 
 @dataclass(slots=True, frozen=True)
@@ -164,7 +177,8 @@ def run_probes(
     time_budget_s: float | None = None,
     probe_cost: Callable[[ProbeSpec, list[Probe]], float] | None = None,
 ) -> ProbeRun:
-    """Warm up before each series, then time every probe of the plan in order.
+    """Warm up before each series, then time every probe of the plan in order: the prefill
+    series in rounds (``_time_in_rounds``), each later probe's repeats together.
 
     knee_finder: called on the prefill probes after that series; sizes around the knee it
     returns are measured too (when ``plan.refine_knee``). A failing probe (EngineError, a
@@ -183,6 +197,11 @@ def run_probes(
     refine = plan.refine_knee and knee_finder is not None
     budgeted = time_budget_s is not None and probe_cost is not None
     ordered = False  # the probes after the prefill series, put cheapest first once
+
+    def report(series: str, finished: int) -> None:
+        if progress:
+            progress(series, finished, planned)
+
     try:
         while pending:
             if budgeted and not ordered and pending[0].series != "prefill":
@@ -190,34 +209,37 @@ def run_probes(
                 ordered = True
                 costs = {id(p): probe_cost(p, run.probes) for p in pending}
                 pending.sort(key=lambda p: costs[id(p)])
-            spec = pending.pop(0)
+            spec = pending[0]
             if budgeted and spec.series != "prefill" and spec.series in series_seen:
                 assert probe_cost is not None and time_budget_s is not None
                 cost_s = probe_cost(spec, run.probes)
                 if clock() - started + cost_s > time_budget_s:
+                    pending.pop(0)
                     run.skipped.append(Skipped(spec, cost_s))
                     planned -= 1
-                    if progress:
-                        progress(spec.series, done, planned)
+                    report(spec.series, done)
                     continue
             if spec.series not in series_seen:
                 series_seen.add(spec.series)
-                if progress:
-                    progress(spec.series, done, planned)
+                report(spec.series, done)
                 timer.warm_up(spec)
-            probe_started = clock()
-            run.probes.append(timer.time_probe(spec, plan.repeats))
-            took_s = clock() - probe_started
-            done += 1
-            if probe_timeout_s is not None and took_s > probe_timeout_s:
-                raise ProbeTimeout(
-                    f"probe {describe(spec)} took {took_s:.3g} s, over --probe-timeout "
-                    f"{probe_timeout_s:g} s"
-                )
-            ends_prefill = spec.series == "prefill" and (
-                not pending or pending[0].series != "prefill"
-            )
-            if ends_prefill and refine:
+            if spec.series == "prefill":
+                block = []
+                while pending and pending[0].series == "prefill":
+                    block.append(pending.pop(0))
+
+                def on_pass(passes: int, base: int = done) -> None:
+                    report("prefill", base + passes // plan.repeats)
+
+                done += len(block)
+                _time_in_rounds(block, plan.repeats, timer, run, clock, probe_timeout_s, on_pass)
+            else:
+                pending.pop(0)
+                probe_started = clock()
+                run.probes.append(timer.time_probe(spec, plan.repeats))
+                done += 1
+                _check_timeout(spec, clock() - probe_started, probe_timeout_s)
+            if spec.series == "prefill" and refine:
                 refine = False  # once: the sizes it adds are prefill probes too
                 assert knee_finder is not None
                 knee = knee_finder(run.probes)
@@ -227,12 +249,75 @@ def run_probes(
                     extra = refine_sizes(knee, measured, max_tokens or max(measured))
                 pending[0:0] = [ProbeSpec("prefill", p, tag="refine") for p in extra]
                 planned += len(extra) - len(REFINE_FACTORS)
-            if progress:
-                progress(spec.series, done, planned)
+            report(spec.series, done)
     except (BudgettuneError, RuntimeError, MemoryError) as exc:
         run.error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     run.elapsed_s = clock() - started
     return run
+
+
+def _check_timeout(spec: ProbeSpec, took_s: float, probe_timeout_s: float | None) -> None:
+    if probe_timeout_s is not None and took_s > probe_timeout_s:
+        raise ProbeTimeout(
+            f"probe {describe(spec)} took {took_s:.3g} s, over --probe-timeout "
+            f"{probe_timeout_s:g} s"
+        )
+
+
+def _time_in_rounds(
+    block: list[ProbeSpec],
+    repeats: int,
+    timer: IterationTimer,
+    run: ProbeRun,
+    clock: Callable[[], float],
+    probe_timeout_s: float | None,
+    passes_done: Callable[[int], None],
+) -> None:
+    """Time a series' probes one pass each, smallest first, ``repeats`` rounds over them, and
+    add them to ``run`` (also when a pass fails: what was measured is kept).
+
+    Why rounds: a probe's repeats taken back to back share whatever the machine was doing then.
+    This machine's speed moves by x1.3-1.6 in turns of seconds to a minute (see
+    benchmarks/bench_machine_speed.py); with back-to-back repeats a slow turn lifts a run of
+    neighbouring sizes together, and the knee finder reads the step as a bend. In rounds each
+    size's repeats are a round apart, a slow turn lifts one repeat of each size it covers, and
+    the median sets it aside. A probe whose repeats are tight (TIGHT_SPREAD) leaves the rounds.
+    """
+    measured: dict[int, list[Probe]] = {i: [] for i in range(len(block))}
+    took_s = dict.fromkeys(range(len(block)), 0.0)
+    passes = 0
+    try:
+        for _ in range(repeats):
+            for i, spec in enumerate(block):
+                if tight([t for probe in measured[i] for t in probe.times_s]):
+                    continue
+                began = clock()
+                measured[i].append(timer.time_probe(spec, 1))
+                took_s[i] += clock() - began
+                passes += 1
+                passes_done(passes)
+                # The limit is on a probe's repeats together; after its first pass, what all of
+                # them will take stops it then, not a round later.
+                taken = len(measured[i])
+                if probe_timeout_s is not None and took_s[i] / taken * repeats > probe_timeout_s:
+                    if taken == repeats:
+                        _check_timeout(spec, took_s[i], probe_timeout_s)
+                    raise ProbeTimeout(
+                        f"probe {describe(spec)} took {took_s[i]:.3g} s for {taken} of its "
+                        f"{repeats} repeats (~{took_s[i] / taken * repeats:.3g} s for all), over "
+                        f"--probe-timeout {probe_timeout_s:g} s"
+                    )
+    finally:
+        for probes in measured.values():
+            if probes:
+                first = probes[0]
+                times = tuple(t for probe in probes for t in probe.times_s)
+                run.probes.append(
+                    Probe(
+                        first.series, first.prompt_tokens, first.batch, first.context_tokens,
+                        times, first.tag,
+                    )
+                )  # fmt: skip
 
 
 def describe(spec: ProbeSpec) -> str:

@@ -109,9 +109,14 @@ def _pooled_exponent(groups: dict[int, list[tuple[float, float]]]) -> float:
 def slope_rise(prefill_ms: dict[int, float], split_tokens: float) -> float:
     """How many times steeper prefill time grows above ``split_tokens`` than below it: the
     slopes of two least-squares lines over the sizes from PREFILL_FROM_TOKENS to the split and
-    beyond it (NaN with fewer than 3 sizes on a side). A line gives about 1; a knee more."""
+    beyond it. A line gives about 1; a knee more. A side with fewer than 3 such sizes takes the
+    3 nearest the split (CI: vLLM's knee at 353 tokens, where torch's grid has only 256 and 320
+    between 256 and the knee, read NaN and failed as a mismatch); NaN if a side has fewer than 3
+    sizes at all."""
     below = sorted(p for p in prefill_ms if PREFILL_FROM_TOKENS <= p <= split_tokens)
     above = sorted(p for p in prefill_ms if p > split_tokens)
+    if len(below) < 3:
+        below = sorted(p for p in prefill_ms if p <= split_tokens)[-3:]
     if len(below) < 3 or len(above) < 3:
         return math.nan
     low, high = (

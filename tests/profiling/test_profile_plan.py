@@ -127,6 +127,58 @@ def test_probe_timeout_on_an_injected_clock() -> None:
     assert run.elapsed_s == timer.now_s
 
 
+class TurningTimer(ModelTimer):
+    """The machine turns x1.5 slower for ``slow_passes`` consecutive timed passes from pass
+    ``slow_from`` on: a slow turn of a few seconds, as bench_machine_speed.py saw here."""
+
+    def __init__(self, slow_from: int, slow_passes: int) -> None:
+        super().__init__()
+        self.slow = range(slow_from, slow_from + slow_passes)
+
+    def time_probe(self, spec: ProbeSpec, repeats: int) -> Probe:
+        factor = 1.5 if len(self.timed) in self.slow else 1.0
+        clean = super().time_probe(spec, repeats)
+        return Probe(
+            clean.series, clean.prompt_tokens, clean.batch, clean.context_tokens,
+            tuple(t * factor for t in clean.times_s), clean.tag,
+        )  # fmt: skip
+
+
+def test_a_slow_turn_of_the_machine_does_not_bend_the_prefill_curve() -> None:
+    """A slow turn as long as eight sizes' passes: measured in rounds it lifts one repeat of each
+    of those sizes and every median is the clean time. Back to back (the old loop), it lifted all
+    three repeats of three sizes together: a step the knee finder could call a bend."""
+    plan = make_plan(max_tokens=2048, max_batch=8, repeats=3)
+    sizes = len(plan.series("prefill"))
+    clean = run_probes(plan, ModelTimer())
+    turned = run_probes(plan, TurningTimer(slow_from=sizes + 6, slow_passes=8))
+    assert turned.error is None
+    clean_ms = {(p.prompt_tokens, p.tag): p.median_s for p in clean.probes if p.series == "prefill"}
+    turned_prefill = [p for p in turned.probes if p.series == "prefill"]
+    assert len(turned_prefill) == sizes
+    assert {(p.prompt_tokens, p.tag): p.median_s for p in turned_prefill} == clean_ms
+    lifted = [p for p in turned_prefill if max(p.times_s) > min(p.times_s)]
+    assert len(lifted) == 8  # one repeat each of the eight sizes the turn covered
+    assert [p.prompt_tokens for p in turned_prefill] == [
+        p.prompt_tokens for p in plan.series("prefill")
+    ]
+
+
+def test_probe_timeout_over_repeats_stops_at_the_first_pass() -> None:
+    """In rounds, a probe whose first pass shows its repeats will pass the limit stops the loop
+    then (the sizes after it in that round are not measured); what was measured is kept."""
+    plan = make_plan(max_tokens=4096, max_batch=8, repeats=3)
+    timer = ModelTimer(slowdown=1000.0)
+    run = run_probes(plan, timer, probe_timeout_s=200.0, clock=lambda: timer.now_s)
+    assert run.error == (
+        "probe prefill (prompt 2560) took 72.7 s for 1 of its 3 repeats (~218 s for all), "
+        "over --probe-timeout 200 s"
+    )
+    kept = [p for p in run.probes if p.series == "prefill"]
+    assert kept[-1].prompt_tokens == 2560 and len(kept[-1].times_s) == 1
+    assert all(len(p.times_s) == 1 for p in kept)  # the loop stopped in the first round
+
+
 class SetUpTimer(ModelTimer):
     """A CPU build's costs on the virtual clock: prompts go at 4,000 tokens/s, so a prefill
     probe of P tokens takes P / 4000 s each repeat, and a decode or mixed probe first pays for
@@ -161,9 +213,11 @@ def test_a_time_budget_runs_cheap_probes_first_and_skips_the_rest() -> None:
     )
     assert budgeted.skipped and budgeted.error is None
     timed = [p for p in timer.timed if p.series != "prefill"]
-    assert len(timed) + len(budgeted.skipped) == len(full_timer.timed) - len(plan.series("prefill"))
+    full_later = [p for p in full_timer.timed if p.series != "prefill"]
+    assert len(timed) + len(budgeted.skipped) == len(full_later)
     # every prefill probe ran; each later series kept its cheapest probes and lost its largest
-    assert [p for p in timer.timed if p.series == "prefill"] == plan.series("prefill")
+    # (in rounds: every prefill probe once per round, smallest first)
+    assert [p for p in timer.timed if p.series == "prefill"] == plan.series("prefill") * 3
     assert {"decode", "mixed"} <= {p.series for p in timed}
     costs = [cost(p, budgeted.probes) for p in timed]
     skipped = [item.cost_s for item in budgeted.skipped]
