@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
@@ -283,41 +283,39 @@ def _time_in_rounds(
     size's repeats are a round apart, a slow turn lifts one repeat of each size it covers, and
     the median sets it aside. A probe whose repeats are tight (TIGHT_SPREAD) leaves the rounds.
     """
-    measured: dict[int, list[Probe]] = {i: [] for i in range(len(block))}
+    measured: dict[int, Probe] = {}  # each probe's passes so far, merged (block order)
+    passes_of = dict.fromkeys(range(len(block)), 0)
     took_s = dict.fromkeys(range(len(block)), 0.0)
-    passes = 0
     try:
         for _ in range(repeats):
             for i, spec in enumerate(block):
-                if tight([t for probe in measured[i] for t in probe.times_s]):
+                so_far = measured.get(i)
+                if so_far is not None and tight(so_far.times_s):
                     continue
                 began = clock()
-                measured[i].append(timer.time_probe(spec, 1))
+                probe = timer.time_probe(spec, 1)
                 took_s[i] += clock() - began
-                passes += 1
-                passes_done(passes)
+                passes_of[i] += 1
+                measured[i] = (
+                    probe
+                    if so_far is None
+                    else replace(so_far, times_s=so_far.times_s + probe.times_s)
+                )
+                passes_done(sum(passes_of.values()))
                 # The limit is on a probe's repeats together; after its first pass, what all of
                 # them will take stops it then, not a round later.
-                taken = len(measured[i])
-                if probe_timeout_s is not None and took_s[i] / taken * repeats > probe_timeout_s:
+                taken = passes_of[i]
+                all_s = took_s[i] / taken * repeats
+                if probe_timeout_s is not None and all_s > probe_timeout_s:
                     if taken == repeats:
                         _check_timeout(spec, took_s[i], probe_timeout_s)
                     raise ProbeTimeout(
                         f"probe {describe(spec)} took {took_s[i]:.3g} s for {taken} of its "
-                        f"{repeats} repeats (~{took_s[i] / taken * repeats:.3g} s for all), over "
+                        f"{repeats} repeats (~{all_s:.3g} s for all), over "
                         f"--probe-timeout {probe_timeout_s:g} s"
                     )
     finally:
-        for probes in measured.values():
-            if probes:
-                first = probes[0]
-                times = tuple(t for probe in probes for t in probe.times_s)
-                run.probes.append(
-                    Probe(
-                        first.series, first.prompt_tokens, first.batch, first.context_tokens,
-                        times, first.tag,
-                    )
-                )  # fmt: skip
+        run.probes.extend(measured[i] for i in sorted(measured))
 
 
 def describe(spec: ProbeSpec) -> str:
