@@ -284,11 +284,14 @@ def test_budgets_trade_decoder_gaps_for_ttft(
     small, large = runs[SMALL], runs[LARGE]
     # Chunking moves latency from the running decoders to the arriving prompt. First as vLLM
     # timed it at its engine core: the large budget stalls decoders past a bound while each long
-    # prompt is prefilled in two iterations; the small one spreads it over ~33 and stays under it.
+    # prompt is prefilled in two iterations (at least one slow gap per episode); the small one
+    # spreads it over ~33 and stays under it but for the machine's own stalls. Those are counted
+    # as a share, not as a fixed few: in the CI run at 277678c, 6 of budget 64's 6006 gaps passed
+    # 50 ms (its iterations took ~16 ms; no prefill makes one 3x slower) against 1024's 54.
     bound_s = slow_gap_bound_s(small, large, small.server_itl.bounds)
     slow = (small.server_gaps_over(bound_s), large.server_gaps_over(bound_s))
     print(f"vLLM gaps > {bound_s * 1e3:g} ms: budget {SMALL} {slow[0]:g}, {LARGE} {slow[1]:g}")
-    assert slow[1] >= EPISODES - 1 > slow[0], runs
+    assert slow[1] >= EPISODES - 1 and slow[1] > 3 * slow[0], runs
     assert small.server_prefill_s > large.server_prefill_s, runs
     # Then as the client saw it, which needs a client that got the CPU when bytes arrived.
     small_gaps = [g for g in small.gap_s if g is not None]

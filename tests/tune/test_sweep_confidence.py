@@ -62,7 +62,13 @@ def test_slo_at_own_p99_is_marginal_and_replayed_far_budget_is_clear(
     assert {edge["results_file"], *edge["replay_files"]} == replays
     assert all(Path(f).is_file() for f in replays)
     err = " ".join(swept.stderr.split())
-    assert f"budget {EDGE}: marginal: p99 TBT" in err and "replaying with fresh arrivals" in err
+    assert f"budget {EDGE}: " in err and "replaying with fresh arrivals" in err
+    if "replay 1" in set_aside:
+        # The first replay was set aside (in a CI run the machine's speed moved x1.53 during
+        # it), so it may have read clear of the SLO: it was replayed for the client's health.
+        assert "the load generator was unhealthy" in err, err
+    else:
+        assert f"budget {EDGE}: marginal: p99 TBT" in err, err
 
     far = points[FAR]
     assert far["confidence"] == "clear" and far["ok"] is True
