@@ -9,7 +9,7 @@ wall time, probing time, probes measured and skipped, and the held-out median er
 and pooled; then medians and ranges per setting.
 
     .venv/bin/python benchmarks/bench_profile_time.py [--runs 1] [--max-batch 256]
-        [--max-tokens 2048] [--out reports/bench-profile-time]
+        [--max-tokens 2048] [--settings none,auto] [--out reports/bench-profile-time]
 """
 
 from __future__ import annotations
@@ -71,6 +71,9 @@ def show(run: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1, help="rounds of none then auto")
+    parser.add_argument(
+        "--settings", default="none,auto", help="the --time-budget settings, in turn each round"
+    )
     parser.add_argument("--max-batch", type=int, default=256)
     parser.add_argument("--max-tokens", type=int, default=2048)
     parser.add_argument("--out", type=Path, default=ROOT / "reports" / "bench-profile-time")
@@ -79,14 +82,15 @@ def main() -> None:
         shutil.rmtree(opts.out)
     opts.out.mkdir(parents=True)
     engine = engine_args("vllm", opts.out)  # builds the tiny model; exits without .venv-vllm
+    settings = opts.settings.split(",")
     runs = []
     for number in range(1, opts.runs + 1):
-        for setting in ("none", "auto"):
+        for setting in settings:
             run = profile_once(setting, engine, opts.out, opts)
             runs.append(run)
             print(f"run {number}: {show(run)}", flush=True)
     print("\n== medians (ranges) per setting")
-    for setting in ("none", "auto"):
+    for setting in dict.fromkeys(settings):  # each once, in order
         mine = [r for r in runs if r["setting"] == setting]
         for key in ("wall_s", "probing_s"):
             values = [r[key] for r in mine]
