@@ -220,8 +220,8 @@ def run_probes(
             if budgeted and spec.series != "prefill":
                 assert probe_cost is not None and time_budget_s is not None
                 estimate_s = probe_cost(spec, run.probes)
-                # up, never down: on a fast engine the small probes' estimates read high while
-                # the large ones' hold, and scaling those down would let the last one overrun
+                # up, never down: where the small probes' estimates read high and the large
+                # ones' hold (the tests' simulated engine), scaling down lets the last overrun
                 low_by = statistics.median(taken_per_estimate) if taken_per_estimate else 1.0
                 cost_s = estimate_s * max(low_by, 1.0)
                 if spec.series in series_seen and clock() - started + cost_s > time_budget_s:
@@ -276,8 +276,8 @@ def _cheapest_first_by_turns(
     probe_cost: Callable[[ProbeSpec, list[Probe]], float],
 ) -> list[ProbeSpec]:
     """The probes after the prefill series, each series cheapest first, the series taking turns
-    (decode, mixed, decode, ...). Sorted as one list, a tight budget spent itself on the cheap
-    decode probes: on a slow turn of the vLLM CPU build the mixed series kept one probe of 13 and
+    (the cheapest series first). Sorted as one list, a tight budget spent itself on the cheap
+    decode probes: on a slow day of the vLLM CPU build the mixed series kept one probe of 9 and
     the fit had no held-out error for it."""
     costs = {id(p): probe_cost(p, measured) for p in pending}
     queues: dict[str, list[ProbeSpec]] = {}
