@@ -5,6 +5,7 @@ the roofline model itself (what the sim engine serves), not a mock."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 
@@ -12,6 +13,7 @@ from budgettune.core.errors import EngineError
 from budgettune.core.hardware import resolve_gpu, resolve_model
 from budgettune.model.profile import EngineInfo, Hardware, Probe
 from budgettune.model.stepmodel import StepModel
+from budgettune.profiling.budget import probe_cost_s
 from budgettune.profiling.plan import (
     PREFILL_GRID,
     ProbeSpec,
@@ -200,13 +202,18 @@ class SetUpTimer(ModelTimer):
         return super().time_probe(spec, repeats)
 
 
-def test_a_time_budget_runs_cheap_probes_first_and_skips_the_rest() -> None:
-    from budgettune.profiling.budget import probe_cost_s
-
-    plan = make_plan(max_tokens=2048, max_batch=128, repeats=3)
+def prefill_estimate(plan: ProfilePlan) -> Callable[[ProbeSpec, list[Probe]], float]:
+    """The profile's own cost estimate (app/profile.py), made from the prefill probes measured."""
 
     def cost(spec: ProbeSpec, measured: list[Probe]) -> float:
         return probe_cost_s(spec, [p for p in measured if p.series == "prefill"], plan.repeats)
+
+    return cost
+
+
+def test_a_time_budget_runs_cheap_probes_first_and_skips_the_rest() -> None:
+    plan = make_plan(max_tokens=2048, max_batch=128, repeats=3)
+    cost = prefill_estimate(plan)
 
     full_timer = SetUpTimer()
     full = run_probes(plan, full_timer, clock=lambda: full_timer.now_s)
@@ -250,8 +257,6 @@ class LowEstimateTimer(SetUpTimer):
         self.prefill: list[Probe] = []
 
     def time_probe(self, spec: ProbeSpec, repeats: int) -> Probe:
-        from budgettune.profiling.budget import probe_cost_s
-
         if spec.series == "prefill":
             self.prefill.append(super().time_probe(spec, repeats))
             return self.prefill[-1]
@@ -266,12 +271,8 @@ class LowEstimateTimer(SetUpTimer):
 @pytest.mark.parametrize("low", [1.2, 1.3, 1.5])
 @pytest.mark.parametrize("budget_s", [30.0, 40.0, 50.0, 60.0, 70.0, 80.0])
 def test_a_time_budget_holds_when_the_estimates_read_low(low: float, budget_s: float) -> None:
-    from budgettune.profiling.budget import probe_cost_s
-
     plan = make_plan(max_tokens=2048, max_batch=128, repeats=3)
-
-    def cost(spec: ProbeSpec, measured: list[Probe]) -> float:
-        return probe_cost_s(spec, [p for p in measured if p.series == "prefill"], plan.repeats)
+    cost = prefill_estimate(plan)
 
     timer = LowEstimateTimer(plan.repeats, low)
     budgeted = run_probes(
@@ -287,12 +288,8 @@ def test_a_time_budget_holds_when_the_estimates_read_low(low: float, budget_s: f
 
 
 def test_a_tight_time_budget_keeps_probes_of_every_series() -> None:
-    from budgettune.profiling.budget import probe_cost_s
-
     plan = make_plan(max_tokens=2048, max_batch=128, repeats=3)
-
-    def cost(spec: ProbeSpec, measured: list[Probe]) -> float:
-        return probe_cost_s(spec, [p for p in measured if p.series == "prefill"], plan.repeats)
+    cost = prefill_estimate(plan)
 
     timer = SetUpTimer()
     budgeted = run_probes(
