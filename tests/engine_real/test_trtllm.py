@@ -186,6 +186,7 @@ def test_missing_trtllm_serve_fails_before_launch(tmp_path: Path) -> None:
     assert not (tmp_path / "run" / "engine-256.trtllm.yaml").exists()
 
 
+@pytest.mark.slow
 def test_cli_sweep_on_the_standin_writes_trtllm_yaml(
     tmp_path: Path, budgettune_cmd: list[str]
 ) -> None:

@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
+import pytest
+
 from budgettune.engines.embedded.http11 import ConnectionLimits, Exchange, serve_connection
 
 SimStart = Callable[[list[str]], AbstractContextManager[tuple[str, object]]]
@@ -109,6 +111,7 @@ def test_chunked_request_body_is_served(sim_url: str) -> None:
     assert json.loads(body)["usage"]["prompt_tokens"] == 12
 
 
+@pytest.mark.timing
 def test_request_and_keep_alive_timeouts_close_the_connection(sim_factory: SimStart) -> None:
     with sim_factory(["--timeout-request", "0.4", "--timeout-keep-alive", "0.6"]) as (url, _):
         with _connect(url) as sock:  # a head that never ends

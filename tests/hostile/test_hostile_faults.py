@@ -28,6 +28,9 @@ from budgettune.engines.embedded.engine import SimEngine
 from budgettune.engines.process import free_port, launch_process
 
 PROCESS_CASES = [case for case in CASES if case.kind is Kind.PROCESS]
+# Beside test_hostile_inputs on one xdist worker: their session fixture (a finished sweep, about
+# 12 s) is made once (scripts/test-fast.sh runs --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("hostile-fixtures")
 
 
 @pytest.mark.parametrize("case", PROCESS_CASES, ids=lambda case: case.id)
@@ -196,6 +199,7 @@ def test_listening_sockets_are_found_by_group() -> None:
     assert group_listens(os.getpgid(0), port) is False
 
 
+@pytest.mark.slow
 def test_a_server_you_run_is_measured_as_its_one_budget(
     tmp_path: Path, budgettune_cmd: list[str]
 ) -> None:

@@ -19,6 +19,9 @@ from typer.testing import CliRunner
 from budgettune.cli import app
 
 TABLE = by_command()
+# The session fixture (a finished sweep, about 12 s) is made once: every test that uses it on
+# one xdist worker (scripts/test-fast.sh runs --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("hostile-fixtures")
 
 
 def _in_process(cases: list[Case]) -> list[Case]:

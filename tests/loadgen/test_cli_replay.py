@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from budgettune.artifacts.results import load_results
 from budgettune.engines.process import free_port, group_members
@@ -112,6 +113,7 @@ def test_serve_in_foreground_measured_with_url_then_ctrl_c(
     assert b"budget 256" in stdout and b"stopped;" in stderr
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_replay_writes_partial_results_and_stops_the_engine(
     budgettune_cmd: list[str], tmp_path: Path
 ) -> None:

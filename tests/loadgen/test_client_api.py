@@ -310,6 +310,7 @@ def test_cli_incompatible_and_unknown_client_options_are_one_line_errors(
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow
 def test_cli_sweep_closed_loop_with_key_records_the_loop_and_no_key(
     budgettune_cmd: list[str], tmp_path: Path
 ) -> None:
@@ -331,6 +332,7 @@ def test_cli_sweep_closed_loop_with_key_records_the_loop_and_no_key(
             assert KEY not in path.read_text(errors="replace"), path
 
 
+@pytest.mark.slow
 def test_cli_profile_launches_the_engine_with_the_key_and_sends_it(
     budgettune_cmd: list[str], tmp_path: Path
 ) -> None:

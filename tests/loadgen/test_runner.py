@@ -45,6 +45,7 @@ def _replay(
     return outcome, pid
 
 
+@pytest.mark.timing
 def test_exact_token_counts_send_times_and_selfcheck(tmp_path: Path) -> None:
     rng = np.random.default_rng(3)
     n = 12
@@ -82,6 +83,7 @@ def test_exact_token_counts_send_times_and_selfcheck(tmp_path: Path) -> None:
     assert check.to_json()["machine_ref_ms"] == {"before": before, "after": after}
 
 
+@pytest.mark.timing
 def test_larger_budget_lowers_long_prompt_ttft_and_raises_p99_tbt(tmp_path: Path) -> None:
     # Four requests decode for ~1 s while three 2000-token prompts arrive among them.
     schedule = _schedule(

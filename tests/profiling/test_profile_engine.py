@@ -152,6 +152,7 @@ def test_sim_engine_profile_recovers_its_configuration(tmp_path: Path) -> None:
     assert load_profile(tmp_path / "sim.json") == profile
 
 
+@pytest.mark.slow
 def test_probe_rejected_midway_saves_what_was_measured(
     budgettune_cmd: list[str], tmp_path: Path
 ) -> None:
@@ -175,6 +176,7 @@ def test_probe_rejected_midway_saves_what_was_measured(
     assert result.stdout == ""
 
 
+@pytest.mark.slow
 def test_probe_timeout_on_the_engine_path_saves_what_was_measured(
     budgettune_cmd: list[str], tmp_path: Path
 ) -> None:

@@ -158,6 +158,7 @@ def test_profile_into_an_existing_folder_writes_its_report(
     assert 'id="chart-profile"' in page and '<a href="llama-3.1-8b_h100-sxm.json">' in page
 
 
+@pytest.mark.slow
 def test_profiles_side_by_side_with_with(tmp_path: Path, budgettune_cmd: list[str]) -> None:
     """Issue 6: when two profiles of a model were measured (e.g. vLLM and torch), the report
     draws both curves: `profile -o ... --with OTHER` and `report PROFILE --with OTHER`."""

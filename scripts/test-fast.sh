@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The fast tier: every test that starts no real engine (vLLM, SGLang), no browser and no Ray
+# cluster, and takes no more than a few seconds (the embedded engine is fine). A few minutes on a
+# 2-core machine: run it on every change.
+# Usage: scripts/test-fast.sh [--all] [PYTEST_ARGS...]
+#   --all         the fast tier, then every other test (the `slow`, `vllm`, `sglang` and `browser`
+#                 ones, one at a time), each test once: the README's test command, and CI's.
+#   PYTEST_ARGS   passed to every pytest run (paths, -k, -x, ...).
+#   $BUDGETTUNE_TEST_WORKERS  pytest-xdist workers for the fast tier (default 2).
+# Tests marked `timing` read the wall clock against the embedded engine or a socket: they run on
+# their own after the others, never beside another worker.
+# .venv is made first when it is missing (scripts/setup-dev.sh --main-only).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+start_s=$(date +%s)
+
+# The fast tier, written here once. Every other selection is built from it.
+FAST_TIER="not vllm and not sglang and not browser and not slow"
+
+run_all=0
+if [[ "${1:-}" == "--all" ]]; then
+    run_all=1
+    shift
+fi
+[[ -x .venv/bin/python ]] || bash scripts/setup-dev.sh --main-only
+workers="${BUDGETTUNE_TEST_WORKERS:-2}"
+
+# stage NAME PYTEST_ARGS...: one pytest run, its seconds printed. "No test selected" (exit 5, a
+# path or -k that leaves a stage empty) is not a failure.
+stage() {
+    local name="$1" stage_start_s rc=0
+    shift
+    stage_start_s=$(date +%s)
+    echo "== test-fast.sh: $name"
+    .venv/bin/python -m pytest "$@" || rc=$?
+    echo "== test-fast.sh: $name took $(( $(date +%s) - stage_start_s )) s (exit $rc)"
+    if [[ $rc -ne 0 && $rc -ne 5 ]]; then
+        echo "test-fast.sh: failed in $(( $(date +%s) - start_s )) s"
+        exit "$rc"
+    fi
+}
+
+stage "fast tier, $workers workers" -m "($FAST_TIER) and not timing" \
+    -n "$workers" --dist loadgroup "$@"
+stage "fast tier, timing tests alone" -m "($FAST_TIER) and timing" -p no:xdist "$@"
+echo "== test-fast.sh: the fast tier passed in $(( $(date +%s) - start_s )) s"
+if [[ $run_all -eq 1 ]]; then
+    stage "every other test, one at a time" -m "not ($FAST_TIER)" -p no:xdist "$@"
+fi
+echo "== test-fast.sh took $(( $(date +%s) - start_s )) s"
