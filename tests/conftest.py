@@ -3,12 +3,18 @@ installed command."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import signal
 import sys
+import tempfile
+from collections import Counter
 from pathlib import Path
 
 import pytest
+
+from budgettune.engines.process import LAUNCH_LOG_VAR
 
 # A suite started as a background job (CI scripts, `cmd &`) inherits SIGINT *ignored*, and an
 # ignored signal stays ignored in every child: the tests that press Ctrl-C on a budgettune or
@@ -39,3 +45,37 @@ def budgettune_cmd() -> list[str]:
     found = shutil.which("budgettune")
     assert found, "the budgettune command is not installed (pip install -e .)"
     return [found]
+
+
+# What the run's engine starts cost: budgettune appends a line per start to $BUDGETTUNE_LAUNCH_LOG
+# (engines/process.note_launch), in this process, its xdist workers and every budgettune command a
+# test runs (they inherit the variable), and the summary counts them.
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput") or os.environ.get(LAUNCH_LOG_VAR):
+        return  # an xdist worker (its controller counts), or a log someone else reads
+    handle, path = tempfile.mkstemp(prefix="budgettune-launches-", suffix=".jsonl")
+    os.close(handle)
+    os.environ[LAUNCH_LOG_VAR] = path
+    config.stash[LAUNCH_LOG_KEY] = Path(path)
+
+
+LAUNCH_LOG_KEY = pytest.StashKey[Path]()
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    path = config.stash.get(LAUNCH_LOG_KEY, None)
+    if path is None:
+        return
+    try:
+        starts = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    finally:
+        path.unlink(missing_ok=True)
+    by_engine = Counter(start["engine"] for start in starts)
+    ready = [start["ready_s"] for start in starts if start["ready_s"] is not None]
+    kinds = ", ".join(f"{engine} {count}" for engine, count in sorted(by_engine.items()))
+    terminalreporter.write_line(
+        f"engine starts: {len(starts)} ({kinds or 'none'}), {sum(ready):.0f} s from launch to ready"
+        + (f"; {len(starts) - len(ready)} never ready" if len(ready) < len(starts) else "")
+    )

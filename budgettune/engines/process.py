@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import json
 import os
 import signal
 import socket
@@ -33,6 +34,10 @@ from budgettune.engines.base import (
 )
 
 HEALTH_POLL_S = 0.2
+# When set, every engine start appends one JSON line here: the engine, its budget and its seconds
+# from launch to ready (null when it never got there). The test suite reads it to print what its
+# engine starts cost; a user can read what a long sweep spent on starts.
+LAUNCH_LOG_VAR = "BUDGETTUNE_LAUNCH_LOG"
 KILL_WAIT_S = 5.0
 # Token ids for the readiness request: small ids exist in every vocabulary (byte-level BPE has
 # 256 byte tokens), so the request is valid for tiny test models as well as real ones.
@@ -339,6 +344,20 @@ async def wait_until_ready(
     return model, version, elapsed
 
 
+def note_launch(engine: str, budget_tokens: int | None, ready_s: float | None) -> None:
+    """One line in $BUDGETTUNE_LAUNCH_LOG, when it is set. A line is one small write to a file
+    opened for appending, so starts in parallel processes do not tear each other's lines; a log
+    that cannot be written costs the start nothing."""
+    path = os.environ.get(LAUNCH_LOG_VAR)
+    if not path:
+        return
+    line = json.dumps(
+        {"engine": engine, "budget_tokens": budget_tokens, "ready_s": ready_s, "pid": os.getpid()}
+    )
+    with contextlib.suppress(OSError), open(path, "a", encoding="utf-8") as log:
+        log.write(line + "\n")
+
+
 @contextlib.asynccontextmanager
 async def launch_process(
     engine: CommandEngine, spec: LaunchSpec, on_progress: ProgressCallback | None = None
@@ -359,17 +378,22 @@ async def launch_process(
     )
     pgid = process.pid  # start_new_session: the leader's pid is the group id
     url = f"http://{spec.host}:{port}"
+    ready_s: float | None = None
     try:
-        model, version, startup_s = await wait_until_ready(
-            engine.name,
-            process,
-            url,
-            health_path=engine.health_path,
-            timeout_s=spec.health_timeout_s,
-            log_path=log_path,
-            on_progress=on_progress,
-            api_key=spec.api_key,
-        )
+        try:
+            model, version, startup_s = await wait_until_ready(
+                engine.name,
+                process,
+                url,
+                health_path=engine.health_path,
+                timeout_s=spec.health_timeout_s,
+                log_path=log_path,
+                on_progress=on_progress,
+                api_key=spec.api_key,
+            )
+            ready_s = startup_s
+        finally:
+            note_launch(engine.name, spec.budget_tokens, ready_s)
         if group_listens(pgid, port) is False:
             # What answered is another server on the port, not the engine just started (which
             # could not bind it): measuring it would label its figures with our budget.
