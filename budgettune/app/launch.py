@@ -8,6 +8,7 @@ import shutil
 import subprocess
 
 from budgettune.app.requests import LaunchRequest, SweepRequest
+from budgettune.core.auth import check_api_key
 from budgettune.core.errors import SpecError, shorten
 from budgettune.core.limits import MAX_GPUS, MAX_SEQS, check_count, check_share, check_tokens
 from budgettune.core.units import parse_duration_s
@@ -51,6 +52,7 @@ def launch_spec(
 ) -> LaunchSpec:
     """Validate the launch options into a LaunchSpec for ``engine``; ``api_key`` is the key the
     engine is started with (or the external server demands)."""
+    check_api_key(api_key)  # before anything starts: a bad key fails every request
     if launch.prefix_caching not in ("on", "off"):
         raise SpecError(f"use on or off, got {launch.prefix_caching!r}", field="prefix_caching")
     share = launch.gpu_memory_utilization

@@ -16,6 +16,7 @@ from typing import Any
 from budgettune.app.profile import summarize as profile_summary
 from budgettune.app.requests import ReportRequest
 from budgettune.artifacts.results import RESULTS_FILE, Results
+from budgettune.artifacts.sweep_options import OPTIONS_KEY
 from budgettune.core.errors import BudgettuneError, SpecError, UserError
 from budgettune.core.hardware import resolve_gpu, resolve_model
 from budgettune.core.units import parse_duration_s
@@ -121,7 +122,9 @@ def sweep_profile(doc: Mapping[str, Any], run_dir: Path) -> ProfileInput | None:
         return None
     # the sweep's own preset roofline (bfloat16, its calibration; none saved: the seed's, which
     # every sweep ran before calibrations were named)
-    calibration = str(settings.get("calibration") or "seed")
+    # a sweep keeps every option as it resolved it under settings.options (OPTIONS_KEY)
+    options = settings.get(OPTIONS_KEY) or {}
+    calibration = str(options.get("calibration") or settings.get("calibration") or "seed")
     try:
         step_model = StepModel.from_hardware(
             resolve_model(str(model)), resolve_gpu(str(gpu)), calibration=calibration

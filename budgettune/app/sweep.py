@@ -299,15 +299,15 @@ async def run_sweep(
         document=document,
         engine=config.engine,
         served_model=config.served_model,
+        # what the user set, whatever the engine: a --max-num-seqs measured on the built-in
+        # engine belongs in the config as much as one measured on vLLM
         fixed=FixedSettings(
             max_num_seqs=config.base_spec.max_num_seqs,
             max_model_len=config.base_spec.max_model_len,
             tensor_parallel_size=config.base_spec.tensor_parallel_size,
             gpu_memory_utilization=config.base_spec.gpu_memory_utilization,
             dtype=config.base_spec.dtype,
-        )
-        if config.served_model
-        else None,
+        ),
     )
     files["results"] = save_results(sweep_results(config, document, points), config.run_dir)
     if (config.run_dir / PROFILE_FILE).is_file():  # the profile step's, or an earlier run's

@@ -161,6 +161,7 @@ def prepare_sweep(
         gpu=gpu,
         url=url,
         max_model_len_tokens=max_model_len_tokens(traffic_request),
+        api_key=client.api_key,
     )
     # Asking vLLM takes 5-15 s: only when the baseline or the sequence limit needs it.
     needs_defaults = request.baseline.strip().lower() == "auto" or spec.max_num_seqs is None

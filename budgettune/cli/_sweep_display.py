@@ -85,7 +85,7 @@ def run_with_progress(prepared: PreparedSweep, executor: Executor) -> SweepResul
 
         def on_launch(budget: int, role: str) -> None:
             progress.update(overall, description=f"budget {budget} ({role}): starting engine")
-            progress.update(replay_task, visible=False, completed=0)
+            progress.update(replay_task, visible=False)
 
         def on_start(tick: StartProgress) -> None:
             last = tick.last_log_line.strip()[-60:]
@@ -95,7 +95,9 @@ def run_with_progress(prepared: PreparedSweep, executor: Executor) -> SweepResul
 
         def on_ready(handle: EngineHandle) -> None:
             progress.update(overall, description=f"budget {handle.budget_tokens}: replaying")
-            progress.update(replay_task, visible=True, completed=0)
+            # reset, not completed=0: a task that once completed keeps its finished time, and
+            # its elapsed and remaining columns would stay frozen at the first replay's
+            progress.reset(replay_task, total=len(schedule), visible=True)
 
         def on_replay(tick: RunProgress) -> None:
             progress.update(

@@ -320,9 +320,20 @@ def _finish(result: ReplayResult) -> None:
     from budgettune.loadgen.runner import StopReason  # loaded by the replay already
 
     reason = result.outcome.stop_reason
+    interrupted = result.outcome.stopped_by is StopReason.INTERRUPTED
+    summary = result.summary
+    if summary.completed == 0 and summary.failed > 0 and not interrupted:
+        # a run that measured nothing is no success, whatever else stopped it
+        why = "; ".join(f"{count}: {text}" for text, count in result.failure_reasons.items())
+        console_err.print(
+            f"[bold red]error:[/bold red] no request completed: all {summary.failed} failed "
+            f"({why}); results.json keeps them",
+            highlight=False,
+        )
+        raise typer.Exit(1)
     if reason is None:
         return
-    if result.outcome.stopped_by is StopReason.INTERRUPTED:
+    if interrupted:
         console_err.print(f"[yellow]{reason}[/yellow]", highlight=False)
         raise typer.Exit(130)
     console_err.print(f"[bold red]error:[/bold red] {reason}", highlight=False)

@@ -40,7 +40,7 @@ Percentile = Annotated[float, typer.Option(
 )]  # fmt: skip
 Engine = Annotated[str, typer.Option(
     "--engine", help="auto (vLLM when installed and a GPU is visible, else sim), vllm, sglang, "
-    "sim (built in) or external (with --url).", rich_help_panel=eo.PANEL,
+    "trtllm, sim (built in) or external (with --url).", rich_help_panel=eo.PANEL,
 )]  # fmt: skip
 Gpu = Annotated[
     str | None, eo.gpu_option("GPU preset for predictions and the sim engine (default {gpu}).")
@@ -123,7 +123,7 @@ Gpus = Annotated[str | None, typer.Option(
 )]  # fmt: skip
 Ray = Annotated[str | None, typer.Option(
     "--ray", help="Run the verifications as Ray tasks: a cluster address, auto (RAY_ADDRESS) or "
-    "local (a Ray instance of its own on this machine). Needs budgettune[ray].",
+    "local (a Ray instance of its own on this machine). Needs budgettune\\[ray].",
     rich_help_panel=SCALE_PANEL,
 )]  # fmt: skip
 AsJson = Annotated[bool, typer.Option("--json", help="Print recommendation.json to stdout.")]
@@ -221,6 +221,15 @@ def sweep(
     executor = executor_for(prepared)
     try:
         result = run_with_progress(prepared, executor)
+    except KeyboardInterrupt:
+        run_dir = prepared.config.run_dir
+        console_err.print(
+            f"every finished point is kept in {run_dir}: `budgettune sweep --resume {run_dir}` "
+            "goes on from there",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise
     finally:
         executor.close()
     if as_json:

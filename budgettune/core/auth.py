@@ -4,7 +4,31 @@ other)."""
 
 from __future__ import annotations
 
+from budgettune.core.errors import UserError
+
+
+def check_api_key(api_key: str | None) -> None:
+    """Refuse a key no HTTP header can carry (RFC 9110 field values: visible ASCII, spaces and
+    tabs between): a line break or a non-ASCII letter would otherwise fail inside every request,
+    where it reads as a server that never answers. The key itself is never printed."""
+    if not api_key:
+        return
+    for position, char in enumerate(api_key, start=1):
+        if char == "\t" or " " <= char <= "~":
+            continue
+        what = (
+            "a line break" if char in "\r\n"
+            else "a control character" if ord(char) < 0x20 or ord(char) == 0x7F
+            else "a non-ASCII character"
+        )  # fmt: skip
+        raise UserError(
+            f"the API key holds {what} at character {position}: an HTTP header cannot carry it",
+            field="api_key",
+            hint="give the key exactly as the server was started with it (printable ASCII)",
+        )
+
 
 def bearer_headers(api_key: str | None) -> dict[str, str]:
     """``Authorization: Bearer KEY`` for a server started with ``--api-key``; none without."""
+    check_api_key(api_key)
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}

@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from budgettune.core.auth import bearer_headers
 from budgettune.core.clock import sleep_until
-from budgettune.core.errors import SpecError, UserError
+from budgettune.core.errors import BudgettuneError, SpecError, UserError, shorten
 from budgettune.core.records import RequestRecord
 from budgettune.core.units import finite_or_none
 from budgettune.loadgen.client import (
@@ -360,6 +360,15 @@ def _to_live(
     )
 
 
+def load_generator_failed(error: BaseException) -> BudgettuneError:
+    """The error a replay ends with when one of its own tasks failed: budgettune's own errors as
+    they are, anything else named by its type and message (a MemoryError has none)."""
+    if isinstance(error, BudgettuneError):
+        return error
+    what = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    return BudgettuneError(f"the load generator failed: {shorten(what, 300)}")
+
+
 async def run_schedule(
     schedule: Schedule,
     target: Target,
@@ -422,7 +431,26 @@ async def run_schedule(
                     )
                 )  # fmt: skip
 
+        # The first failure of a background task (the sender, or a done callback): it ends the
+        # run at once. Unread, it would leave the run waiting on `stopped` forever.
+        broken: list[BaseException] = []
+
+        def fail(error: BaseException) -> None:
+            if not broken:
+                broken.append(error)
+            stopped.set()
+
         def on_done(index: int, task: asyncio.Task[StreamResult]) -> None:
+            try:
+                record_done(index, task)
+            except Exception as error:  # ends the run with it, below
+                fail(error)
+
+        def on_sender_done(task: asyncio.Task[None]) -> None:
+            if not task.cancelled() and task.exception() is not None:
+                fail(task.exception())  # type: ignore[arg-type]
+
+        def record_done(index: int, task: asyncio.Task[StreamResult]) -> None:
             nonlocal failed, stop, last_done_s, unauthorized
             in_flight.pop(index, None)
             if closed_loop:
@@ -494,6 +522,7 @@ async def run_schedule(
                 report()
 
         sender = asyncio.create_task(send_all())
+        sender.add_done_callback(on_sender_done)
         interrupted = False
         try:
             if n:
@@ -510,6 +539,8 @@ async def run_schedule(
                 task.cancel()
             await asyncio.gather(sender, *in_flight.values(), return_exceptions=True)
             await asyncio.sleep(0)  # let the done callbacks record the cancelled requests
+        if broken:
+            raise load_generator_failed(broken[0])
         if unauthorized is not None:
             raise UserError(
                 f"the server refused the requests ({unauthorized})",

@@ -5,6 +5,7 @@ write (the real vLLM is in test_vllm_*.py, the real SGLang in test_sglang_*.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -235,7 +236,13 @@ def test_standin_lifecycle_serves_and_stops(tmp_path: Path, flavor: str) -> None
     async def run() -> tuple[object, list[int]]:
         async with engine.launch(spec) as handle:
             members = group_members(handle.pgid or -1)
-            assert set(pids_marked(tmp_path.name)) == set(members)  # the marker finds them
+            marked = set(pids_marked(tmp_path.name))
+            assert set(members) <= marked  # the marker finds them
+            # Anything else marked is a short-lived helper in our own group (SGLang's version
+            # probe carries the engine's environment), seen when it overlapped the scan.
+            for pid in marked - set(members):
+                with contextlib.suppress(ProcessLookupError):
+                    assert os.getpgid(pid) != handle.pgid, pid
             outcome = await run_schedule(
                 schedule, Target(handle.url, handle.model), RunOptions(scrape_metrics=False)
             )

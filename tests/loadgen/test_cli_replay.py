@@ -211,3 +211,22 @@ def test_send_lag_is_printed_to_hundredths_of_a_millisecond() -> None:
     # held at the socket, the lag is mostly well under 1 ms: "0.0 ms" would hide it
     assert _lag_cell(0.236) == "0.24 ms" and _lag_cell(0.002) == "0.00 ms"
     assert _lag_cell(12.34) == "12.3 ms" and _lag_cell(None) == "-"
+
+
+@pytest.mark.slow
+def test_a_replay_where_every_request_failed_is_no_success(
+    budgettune_cmd: list[str], tmp_path: Path
+) -> None:
+    # Before: 0 of 8 completed, exit 0. No sim request ends within 1 ms.
+    out = tmp_path / "run"
+    done = subprocess.run(
+        [*budgettune_cmd, "replay", "--engine", "sim", "--budget", "512", *TRAFFIC, "fixed:6",
+         "--request-timeout", "1ms", "-o", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    assert "error: no request completed: all 8 failed" in " ".join(done.stderr.split())
+    results = load_results(out)  # what was measured is kept
+    assert len(results.points[0]["records"]) == 8
+    assert not any(record["error"] is None for record in results.points[0]["records"])

@@ -18,11 +18,13 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
 from budgettune.app.client import without_key
 from budgettune.app.requests import ClientRequest, LaunchRequest, SweepRequest, TrafficRequest
 from budgettune.artifacts.results import load_results
 from budgettune.artifacts.sweep_options import saved_options
+from budgettune.cli import app
 from budgettune.core.errors import UserError
 from budgettune.engines.base import LaunchSpec
 from budgettune.engines.embedded.engine import SimEngine
@@ -347,3 +349,26 @@ def test_cli_profile_launches_the_engine_with_the_key_and_sends_it(
     assert done.returncode == 0, done.stderr
     for path in tmp_path.iterdir():
         assert KEY not in path.read_text(errors="replace"), path
+
+
+@pytest.mark.parametrize(
+    ("key", "what"),
+    [
+        ("abc\ndef", "a line break at character 4"),
+        ("a\r\nX: 1", "a line break at character 2"),
+        ("clé", "a non-ASCII character at character 3"),
+        ("a\x00b", "a control character at character 2"),
+    ],
+)
+def test_a_key_no_header_can_carry_is_refused_before_anything_starts(
+    key: str, what: str, tmp_path: Path
+) -> None:
+    # Before: the header could not be sent, every health poll failed as if the server were
+    # down, and the command waited out the whole health timeout (2 min on sim, 20 on vLLM).
+    result = CliRunner().invoke(
+        app, ["replay", "--engine", "sim", "--rate", "8", "--requests", "4", "--api-key", key,
+              "-o", str(tmp_path / "out")],
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert f"--api-key: the API key holds {what}" in " ".join(result.output.split())
+    assert key not in result.output

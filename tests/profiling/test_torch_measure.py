@@ -100,7 +100,7 @@ def test_timer_times_every_series_shape(tiny_config: Path) -> None:
             spec.prompt_tokens,
             spec.batch,
         )
-        assert len(probe.times_s) == 3 and all(0 < t < 5 for t in probe.times_s)
+        assert len(probe.times_s) == 3 and all(t > 0 for t in probe.times_s)
     small = min(timer.time_probe(ProbeSpec("prefill", 64), 3).times_s)
     large = min(timer.time_probe(ProbeSpec("prefill", 2048), 3).times_s)
     assert large > 4 * small  # 32x the tokens: far more than noise
@@ -138,7 +138,9 @@ def test_profile_torch_tiny_model_on_cpu(tiny_config: Path, tmp_path: Path) -> N
     assert load_profile(tmp_path / "tiny.json") == profile
     with (tmp_path / "tiny.csv").open() as handle:
         assert {row["source"] for row in csv.DictReader(handle)} == {"measured"}
-    assert profile.elapsed_s < 60
+    # every probe's passes were timed inside the run's clock (no wall-time bound: the machine's
+    # speed moves; benchmarks/bench_profile_time.py measures how long profiling takes)
+    assert sum(sum(probe.times_s) for probe in profile.probes) <= profile.elapsed_s
 
 
 def test_missing_torch_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -285,6 +285,8 @@ def test_ctrl_c_stops_the_sweep_and_its_engine(
     # the finished budget stays; the interrupted one is not recorded, so --resume reruns it
     assert [p["budget"] for p in points(run_dir)] == [1024]
     assert not marked_pids(mark), "Ctrl-C left an engine running"
+    # and it says how to go on
+    assert f"`budgettune sweep --resume {run_dir}` goes on" in stderr, stderr[-2000:]
 
 
 def test_goodput_finds_each_verified_budgets_highest_rate(
