@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from budgettune.core.errors import SpecError
@@ -64,3 +66,36 @@ def test_format_ms() -> None:
     assert format_ms(0.5) == "500 ms"
     assert format_ms(12.0) == "12.0 s"
     assert format_ms(float("inf")) == "-"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("256,,512", "value 2 of 3 is empty (in '256,,512')"),
+        ("256,512,", "value 3 of 3 is empty"),
+        ("1_6", "'1_6' is not a whole number"),  # Python's int() reads 16
+        ("--5", "'--5' is not a whole number"),
+        ("+3", "'+3' is not a whole number"),
+        ("\uff11\uff12", "is not a whole number"),  # full-width digits: int() reads 12
+    ],
+)
+def test_a_list_takes_only_plain_whole_numbers(text: str, message: str) -> None:
+    with pytest.raises(SpecError, match=re.escape(message)):
+        parse_int_list(text, field="budgets")
+
+
+def test_simulate_budgets_take_no_empty_value_and_at_most_256() -> None:
+    from budgettune.app.simulate import parse_budgets
+
+    assert parse_budgets("256, none,8k") == [256, None, 8000]
+    with pytest.raises(SpecError, match=re.escape("value 2 of 3 is empty")):
+        parse_budgets("256,,512")
+    with pytest.raises(SpecError, match="more than 256 values"):  # sweep refuses them too
+        parse_budgets(",".join(["512"] * 257))
+
+
+def test_parallel_slots_are_capped_at_the_most_candidates_a_sweep_has() -> None:
+    from budgettune.app.slots import plan_slots
+
+    with pytest.raises(SpecError, match=re.escape("100,000 is more than budgettune takes")):
+        plan_slots("sim", parallel=100_000, gpus=None, tensor_parallel=1, visible_gpus=())

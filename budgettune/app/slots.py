@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from budgettune.core.errors import SpecError
+from budgettune.core.limits import check_count
+from budgettune.core.units import MAX_LIST_ITEMS
 
 GPU_ENGINES = ("vllm", "sglang", "trtllm")
 
@@ -85,6 +87,8 @@ def plan_slots(
     GPUs hold, GPUs not visible."""
     if parallel is not None and parallel < 1:
         raise SpecError(f"must be 1 or more, got {parallel}", field="parallel")
+    if parallel is not None:  # a slot verifies one budget, and a sweep has at most this many
+        check_count(parallel, field="parallel", maximum=MAX_LIST_ITEMS)
     if engine == "external":
         if parallel not in (None, 1):
             raise SpecError(

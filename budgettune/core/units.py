@@ -116,16 +116,18 @@ def parse_int_list(text: str, *, field: str, maximum: int = MAX_TOKENS) -> list[
     parts = str(text).split(",")
     if len(parts) > MAX_LIST_ITEMS:
         raise SpecError(f"more than {MAX_LIST_ITEMS} values", field=field)
-    for part in parts:
+    for position, part in enumerate(parts, start=1):
         part = part.strip()
-        if not part:
-            continue
-        try:
-            value = int(part)
-        except ValueError:
+        if not part:  # "256,,512" or a trailing comma: a value lost in typing, not skipped
+            raise SpecError(
+                f"value {position} of {len(parts)} is empty (in {_short(repr(text))})", field=field
+            )
+        # digits only: Python's int() also reads "1_6" as 16 and " +3" as 3
+        if re.fullmatch(r"-?[0-9]+", part) is None:
             raise SpecError(
                 f"{_short(repr(part))} is not a whole number (in {_short(repr(text))})", field=field
-            ) from None
+            )
+        value = int(part)
         if value <= 0:
             raise SpecError(f"values must be positive, got {value} (in {text!r})", field=field)
         if value > maximum:

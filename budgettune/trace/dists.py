@@ -59,10 +59,10 @@ def parse_length_dist(spec: str, *, field: str = "prompt_dist") -> LengthDist:
         raise SpecError(f"unknown distribution {text[:40]!r}; use one of: {examples}", field=field)
     allowed, example = _KNOWN[kind]
     if kind == "fixed":
-        try:
-            value = int(rest)
-        except ValueError:
-            raise SpecError(f"{spec!r}: expected e.g. {example}", field=field) from None
+        digits = rest.strip()
+        if not digits.isascii() or not digits.isdigit():  # int() would read "1_6" as 16
+            raise SpecError(f"{spec!r}: expected e.g. {example}", field=field)
+        value = int(digits)
         if value < 1:
             raise SpecError(f"{spec!r}: length must be at least 1", field=field)
         if value > MAX_TOKENS:
@@ -72,6 +72,8 @@ def parse_length_dist(spec: str, *, field: str = "prompt_dist") -> LengthDist:
     for part in filter(None, (p.strip() for p in rest.split(","))):
         key, eq, value_text = part.partition("=")
         key = key.strip()
+        if key in params:  # "mean=1000,mean=5": which one was meant is anyone's guess
+            raise SpecError(f"{spec!r}: {key} given twice", field=field)
         if not eq or key not in allowed:
             raise SpecError(
                 f"{spec!r}: unknown parameter {key!r}; "

@@ -118,7 +118,7 @@ def _spec(tmp_path: Path, **changes: object) -> LaunchSpec:
     env = {
         "STANDIN_FLAVOR": "trtllm",
         "STANDIN_RECORD": str(tmp_path / "record.json"),
-        MARK_VAR: tmp_path.name,
+        MARK_VAR: str(tmp_path),  # the whole path: unique across xdist workers
     }
     env.update(changes.pop("env", {}))  # type: ignore[call-overload]
     fields: dict[str, object] = dict(
@@ -157,7 +157,7 @@ def test_standin_replay_reads_trtllm_metrics_and_options(tmp_path: Path) -> None
     # Grown over the run (the readiness request came before the first scrape).
     assert result.server.counters["requests_total"] == 3
     assert result.server.counters["generation_tokens_total"] == 5 + 6 + 7
-    assert pids_marked(tmp_path.name) == []
+    assert pids_marked(str(tmp_path)) == []
 
 
 def test_standin_unknown_flag_is_named_in_clicks_words(tmp_path: Path) -> None:
@@ -170,7 +170,7 @@ def test_standin_unknown_flag_is_named_in_clicks_words(tmp_path: Path) -> None:
 
     with pytest.raises(EngineError, match=r"^trtllm unknown does not accept --max_num_token$"):
         asyncio.run(enter())
-    assert pids_marked(tmp_path.name) == []
+    assert pids_marked(str(tmp_path)) == []
 
 
 def test_missing_trtllm_serve_fails_before_launch(tmp_path: Path) -> None:

@@ -157,6 +157,13 @@ def test_traffic_without_a_trace_is_synthetic() -> None:
         ({"rate": -1.0, "requests": 5}, "rate: must be a positive number"),
         ({"rate": 1.0, "duration": "soon"}, "duration"),
         ({"rate": 1.0, "requests": 5, "prompt_dist": "normal:1"}, "prompt_dist: unknown distrib"),
+        # which one was meant is anyone's guess (the last one used to win)
+        (
+            {"rate": 1.0, "requests": 5, "prompt_dist": "lognormal:mean=1000,mean=5"},
+            "mean given twice",
+        ),
+        # int() reads "1_6" as 16
+        ({"rate": 1.0, "requests": 5, "output_dist": "fixed:1_6"}, "expected e.g. fixed:"),
     ],
 )
 def test_traffic_option_errors(kwargs: dict[str, object], message: str) -> None:
