@@ -14,7 +14,7 @@ import numpy as np
 
 from budgettune.app.requests import DEFAULT_OUTPUT_DIST, DEFAULT_PROMPT_DIST, TrafficRequest
 from budgettune.core.errors import SpecError
-from budgettune.core.limits import MAX_RATE_PER_S, MAX_REQUESTS, check_count
+from budgettune.core.limits import MAX_RATE_PER_S, MAX_REQUESTS, MIN_RATE_PER_S, check_count
 from budgettune.core.units import parse_duration_s, parse_positive_float, parse_tokens
 from budgettune.trace.dists import parse_length_dist
 from budgettune.trace.load import ON_LONG as ON_LONG_CHOICES
@@ -46,7 +46,11 @@ class Traffic:
 
     def at_rate(self, rate_per_s: float) -> Schedule:
         """The schedule at ``rate_per_s`` requests/s, all else (seed, bounds) unchanged."""
-        return self.rebuild(parse_positive_float(rate_per_s, field="rate", maximum=MAX_RATE_PER_S))
+        return self.rebuild(
+            parse_positive_float(
+                rate_per_s, field="rate", maximum=MAX_RATE_PER_S, minimum=MIN_RATE_PER_S
+            )
+        )
 
     def reseeded(self, replay: int) -> Schedule:
         """The same requests (lengths, order) with arrival times drawn afresh for re-measure
@@ -85,7 +89,9 @@ def build_traffic(
     rate = (
         None
         if request.rate is None
-        else parse_positive_float(request.rate, field="rate", maximum=MAX_RATE_PER_S)
+        else parse_positive_float(
+            request.rate, field="rate", maximum=MAX_RATE_PER_S, minimum=MIN_RATE_PER_S
+        )
     )
     burstiness = parse_positive_float(request.burstiness, field="burstiness", maximum=MAX_SCALE)
     time_scale = parse_positive_float(request.time_scale, field="time_scale", maximum=MAX_SCALE)

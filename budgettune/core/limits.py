@@ -14,6 +14,9 @@ MAX_SEQS = 1 << 20  # running sequences (--max-num-seqs), decodes in one iterati
 MAX_REQUESTS = 2_000_000  # requests in one run (--requests, a trace, duration x rate)
 MAX_RATE_PER_S = 100_000.0  # arrival rate, requests/s
 MAX_DURATION_S = 7 * 86_400.0  # any duration: an SLO, a timeout, --duration, a window (a week)
+# The slowest arrival rate: one request a week, the longest run. Slower, a run of even two
+# requests outlasts any duration budgettune takes (1e-300/s read as p50s of 0.0 ms).
+MIN_RATE_PER_S = 1.0 / MAX_DURATION_S
 MAX_GPUS = 1024  # tensor parallelism
 MAX_BLOCK_TOKENS = 1 << 16  # KV block size
 MAX_PORT = 65_535

@@ -92,8 +92,11 @@ def parse_tokens(text: str, *, field: str = "tokens", maximum: int = MAX_TOKENS)
     return int(value)
 
 
-def parse_positive_float(text: str | float, *, field: str, maximum: float | None = None) -> float:
-    """Parse a strictly positive finite number (at most ``maximum``), naming ``field``."""
+def parse_positive_float(
+    text: str | float, *, field: str, maximum: float | None = None, minimum: float | None = None
+) -> float:
+    """Parse a strictly positive finite number (in [``minimum``, ``maximum``]), naming
+    ``field``."""
     try:
         value = float(text)
     except (TypeError, ValueError):
@@ -103,6 +106,10 @@ def parse_positive_float(text: str | float, *, field: str, maximum: float | None
     if maximum is not None and value > maximum:
         raise SpecError(
             f"{value:g} is more than budgettune takes (at most {maximum:g})", field=field
+        )
+    if minimum is not None and value < minimum:
+        raise SpecError(
+            f"{value:g} is less than budgettune takes (at least {minimum:.3g})", field=field
         )
     return value
 

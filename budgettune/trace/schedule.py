@@ -12,7 +12,13 @@ import numpy as np
 import numpy.typing as npt
 
 from budgettune.core.errors import SpecError
-from budgettune.core.limits import MAX_RATE_PER_S, MAX_REQUESTS, check_count, check_number
+from budgettune.core.limits import (
+    MAX_RATE_PER_S,
+    MAX_REQUESTS,
+    MIN_RATE_PER_S,
+    check_count,
+    check_number,
+)
 from budgettune.trace.dists import LengthDist
 
 IntArray = npt.NDArray[np.int64]
@@ -68,7 +74,10 @@ def arrival_times_s(
     ``gamma`` follows ``vllm bench serve --burstiness``: the gaps' gamma shape is ``burstiness``,
     so 1 is Poisson, below 1 burstier (CV = 1 / sqrt(burstiness)), above 1 more regular.
     """
-    check_number(rate_per_s, field="rate", maximum=MAX_RATE_PER_S, what="requests/s")
+    check_number(
+        rate_per_s, field="rate", maximum=MAX_RATE_PER_S, minimum=MIN_RATE_PER_S,
+        inclusive_minimum=True, what="requests/s",
+    )  # fmt: skip
     check_count(n, field="requests", maximum=MAX_REQUESTS, minimum=0)
     if n <= 0:
         return np.empty(0)
@@ -126,7 +135,10 @@ def bounded_arrival_times_s(
         )
     if requests is not None:
         check_count(requests, field="requests", maximum=MAX_REQUESTS, what="requests")
-    check_number(rate_per_s, field="rate", maximum=MAX_RATE_PER_S, what="requests/s")
+    check_number(
+        rate_per_s, field="rate", maximum=MAX_RATE_PER_S, minimum=MIN_RATE_PER_S,
+        inclusive_minimum=True, what="requests/s",
+    )  # fmt: skip
     if duration_s is None:
         assert requests is not None
         return arrival_times_s(rng, requests, rate_per_s, process=process, burstiness=burstiness)

@@ -3,11 +3,20 @@ a field as its own flag (the flags mirror ``vllm serve``), one line, exit 2."""
 
 from __future__ import annotations
 
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
 import pytest
 
 from budgettune.core.errors import SpecError
 from budgettune.engines.embedded.cli import config_from_args, flag_of, main
 from budgettune.engines.embedded.config import SimServerConfig
+from budgettune.engines.process import group_members
 
 
 def test_config_names_the_field() -> None:
@@ -66,3 +75,28 @@ def test_api_key_flag_then_vllm_api_key(monkeypatch: pytest.MonkeyPatch) -> None
     assert config_from_args([]).api_key == "from-env"
     assert config_from_args(["--api-key", "flag"]).api_key == "flag"
     assert "flag" not in repr(config_from_args(["--api-key", "flag"]))
+
+
+def test_serve_on_port_0_prints_the_port_it_got(budgettune_cmd: list[str], tmp_path: Path) -> None:
+    # Before: "serving on http://127.0.0.1:0/v1", an address no client can use.
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [*budgettune_cmd, "serve", "--port", "0"],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while (
+            found := re.search(r"serving on (http://127\.0\.0\.1:(\d+))/v1", log.read_text())
+        ) is None:
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        assert int(found.group(2)) > 0
+        assert httpx.get(f"{found.group(1)}/health", timeout=10).status_code == 200
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(10)
+    assert not group_members(proc.pid)

@@ -95,6 +95,7 @@ def test_non_stream_and_text_prompt_token_rule(sim_url: str) -> None:
         ({"prompt": []}, 400, "Prompt cannot be empty"),
         ({"prompt": [1], "max_tokens": 0}, 400, "max_tokens must be at least 1"),
         ({"prompt": [1], "stream_options": {"include_usage": True}}, 400, "stream=True"),
+        ({"prompt": [1], "stream": True, "stream_options": "x"}, 400, "valid dictionary"),
         ({"prompt": [[1], [2]]}, 400, "batched prompts"),
         ({"max_tokens": 2}, 400, "'prompt' is required"),
     ],

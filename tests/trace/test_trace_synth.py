@@ -155,6 +155,8 @@ def test_traffic_without_a_trace_is_synthetic() -> None:
         ({"rate": 1.0, "requests": 5, "arrivals": "recorded"}, "needs --trace"),
         ({"rate": 1.0, "requests": 5, "strict": True}, "strict: applies to --trace only"),
         ({"rate": -1.0, "requests": 5}, "rate: must be a positive number"),
+        # slower than one request a week: it read as p50s of 0.0 ms
+        ({"rate": 1e-300, "requests": 5}, r"rate: 1e-300 is less than budgettune takes \(at least"),
         ({"rate": 1.0, "duration": "soon"}, "duration"),
         ({"rate": 1.0, "requests": 5, "prompt_dist": "normal:1"}, "prompt_dist: unknown distrib"),
         # which one was meant is anyone's guess (the last one used to win)

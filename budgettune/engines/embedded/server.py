@@ -183,7 +183,9 @@ async def serve(
     watchdog = asyncio.create_task(_stop_when_orphaned(stop))
     try:
         if on_ready is not None:
-            on_ready(f"http://{config.host}:{config.port}", banner)
+            # the port bound, not the one asked for: --port 0 asks the system for a free one
+            port = server.sockets[0].getsockname()[1] if server.sockets else config.port
+            on_ready(f"http://{config.host}:{port}", banner)
         await asyncio.wait({runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
         if runner.done():
             runner.result()  # re-raise the core's crash

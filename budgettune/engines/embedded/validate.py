@@ -147,6 +147,8 @@ def parse_request(
         raise ApiError("n > 1 is not supported by the simulated engine")
     stream = bool(body.get("stream", False))
     options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):  # vLLM's model refuses it too
+        raise ApiError("stream_options: Input should be a valid dictionary")
     if options is not None and not stream:
         raise ApiError("Stream options can only be defined when `stream=True`.")
     options = options if isinstance(options, dict) else {}
