@@ -17,12 +17,12 @@ import numpy.typing as npt
 
 from budgettune.app.requests import SIMULATE_BUDGETS
 from budgettune.core import metrics
-from budgettune.core.errors import SpecError, shorten
+from budgettune.core.errors import SpecError
 from budgettune.core.hardware import HardwareFacts
 from budgettune.core.metrics import MetricsSummary, summarize
 from budgettune.core.records import RequestRecord
 from budgettune.core.slo import SLO
-from budgettune.core.units import MAX_LIST_ITEMS, parse_tokens
+from budgettune.core.units import list_items, parse_tokens
 from budgettune.model.stepmodel import StepModel
 from budgettune.sim.scheduler import SchedulerConfig
 from budgettune.sim.simulator import simulate
@@ -45,16 +45,8 @@ def parse_budgets(text: str, *, field: str = "budgets") -> list[Budget]:
     """Parse "256,512,8k,none" (``none``: no chunking, prefill-first). Raises SpecError on
     ``field``."""
     budgets: list[Budget] = []
-    parts = str(text).split(",")
-    if len(parts) > MAX_LIST_ITEMS:  # as sweep's --budgets: each is a simulation of its own
-        raise SpecError(f"more than {MAX_LIST_ITEMS} values", field=field)
-    for position, part in enumerate(parts, start=1):
-        part = part.strip()
-        if not part:  # "256,,512": a value lost in typing, not skipped
-            raise SpecError(
-                f"value {position} of {len(parts)} is empty (in {shorten(repr(text), 80)})",
-                field=field,
-            )
+    # the same list rules as sweep's --budgets: each value is a simulation of its own
+    for part in list_items(text, field=field):
         if part.lower() in _NONE_NAMES:
             budgets.append(None)
             continue

@@ -117,18 +117,26 @@ def parse_positive_float(
 MAX_LIST_ITEMS = 256  # values in one comma-separated list (--budgets, --chunk-sizes, ...)
 
 
-def parse_int_list(text: str, *, field: str, maximum: int = MAX_TOKENS) -> list[int]:
-    """Parse "128,256,512" into ints, each in [1, ``maximum``], at most MAX_LIST_ITEMS."""
-    out: list[int] = []
-    parts = str(text).split(",")
+def list_items(text: str, *, field: str) -> list[str]:
+    """The values of a comma-separated list, stripped: at most MAX_LIST_ITEMS, none of them
+    empty; [] for a blank text (each caller says what an empty list means to it)."""
+    if not str(text).strip():
+        return []
+    parts = [part.strip() for part in str(text).split(",")]
     if len(parts) > MAX_LIST_ITEMS:
         raise SpecError(f"more than {MAX_LIST_ITEMS} values", field=field)
     for position, part in enumerate(parts, start=1):
-        part = part.strip()
         if not part:  # "256,,512" or a trailing comma: a value lost in typing, not skipped
             raise SpecError(
                 f"value {position} of {len(parts)} is empty (in {_short(repr(text))})", field=field
             )
+    return parts
+
+
+def parse_int_list(text: str, *, field: str, maximum: int = MAX_TOKENS) -> list[int]:
+    """Parse "128,256,512" into ints, each in [1, ``maximum``], at most MAX_LIST_ITEMS."""
+    out: list[int] = []
+    for part in list_items(text, field=field):
         # digits only: Python's int() also reads "1_6" as 16 and " +3" as 3
         if re.fullmatch(r"-?[0-9]+", part) is None:
             raise SpecError(
