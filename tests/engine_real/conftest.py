@@ -1,10 +1,15 @@
-"""Session fixtures of the `sglang` tests: the SGLang venv, one tiny model, and one
+"""Session fixtures of the real-engine tests: for SGLang its venv, one tiny model, and one
 `budgettune profile --engine sglang` run, which the profile test checks and the live and sweep
-tests calibrate with (an SGLang start costs 40-70 s here: each is made once)."""
+tests calibrate with (an SGLang start costs 40-70 s here: each is made once); for vLLM one
+`budgettune profile --engine vllm` run, which test_vllm_profile checks and test_vllm_sweep
+calibrates with (the sweep's own profile step is tested on the embedded engine,
+tests/tune/test_sweep_profile_first.py)."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import time
 import uuid
@@ -13,16 +18,24 @@ from pathlib import Path
 import pytest
 from sglang_env import (
     PROFILE_GRID,
-    PROFILE_LIMIT_S,
     TINY_MODEL,
     ProfileRun,
     engine_cmd_text,
     engine_flag_args,
     env_args,
-    on_client_core,
     sglang_python_or_skip,
 )
-from vllm_env import pids_marked
+from vllm_env import (
+    GRID_ARGS,
+    PROFILE_LIMIT_S,
+    VllmRun,
+    build_model,
+    on_client_core,
+    pids_marked,
+    vllm_python_or_skip,
+)
+from vllm_env import engine_cmd_text as vllm_engine_cmd_text
+from vllm_env import env_args as vllm_env_args
 
 
 @pytest.fixture(scope="session")
@@ -69,3 +82,38 @@ def sglang_profile(
         time.sleep(0.2)
     assert not pids_marked(mark), "SGLang processes outlived the profile"
     return ProfileRun(out, json.loads(out.read_text()), json.loads(done.stdout), wall_s)
+
+
+@pytest.fixture(scope="session")
+def vllm_profile(budgettune_cmd: list[str], tmp_path_factory: pytest.TempPathFactory) -> VllmRun:
+    """`budgettune profile --engine vllm` in vLLM's default compiled mode (what users run), the
+    CPU recipe of vllm_env.vllm_spec (fp32, a 1 GB KV cache, no hub, a private compile cache) and
+    the probe grid GRID_ARGS."""
+    python = vllm_python_or_skip()
+    folder = tmp_path_factory.mktemp("vllm-profile")
+    model = build_model(python, folder / "tiny")
+    mark = f"profile-{uuid.uuid4().hex[:8]}"
+    out = folder / "vllm-cpu.json"
+    cmd = on_client_core([
+        *budgettune_cmd, "profile", "--engine", "vllm",
+        "--engine-cmd", vllm_engine_cmd_text(python), "--model", str(model),
+        "--dtype", "float32", *GRID_ARGS, *vllm_env_args(folder / "cache", mark),
+        "-o", str(out), "--json",
+    ])  # fmt: skip
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=PROFILE_LIMIT_S + 120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    wall_s = time.monotonic() - started
+    assert proc.returncode == 0, stderr[-3000:]
+    deadline = time.monotonic() + 15  # the engine is stopped by PID before the command returns
+    while pids_marked(mark) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not pids_marked(mark), "vLLM processes outlived the profile"
+    return VllmRun(folder, model, out, wall_s, json.loads(stdout), json.loads(out.read_text()))

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from vllm_env import CLIENT_CORE, ENGINE_CORE, MARK_VAR, REPO_ROOT, in_ci
+from vllm_env import ENGINE_CORE, MARK_VAR, REPO_ROOT, in_ci
 
 from budgettune.engines.base import LaunchSpec
 
@@ -73,10 +73,6 @@ def env_args(mark: str) -> list[str]:
     return [a for k, v in sglang_env(mark).items() for a in ("--env", f"{k}={v}")]
 
 
-def on_client_core(argv: list[str]) -> list[str]:
-    return ["taskset", "-c", str(CLIENT_CORE), *argv]
-
-
 def sglang_spec(
     python: Path,
     model: Path,
@@ -105,7 +101,6 @@ def sglang_spec(
 # The probe grid: prompts to 2048 tokens (the live tests' longest prompt is 2000), decode
 # batches to 4 (they run 2 decoders), 2 repeats: 35 probes, 41-47 s of probing here.
 PROFILE_GRID = ("--max-tokens", "2048", "--max-batch", "4", "--repeats", "2")
-PROFILE_LIMIT_S = 300.0
 
 
 @dataclass(slots=True, frozen=True)

@@ -30,10 +30,9 @@ from sglang_env import (
     engine_cmd_text,
     engine_flag_args,
     env_args,
-    on_client_core,
     sglang_env,
 )
-from vllm_env import EngineWatch, stop_group
+from vllm_env import EngineWatch, on_client_core, stop_group
 
 from budgettune.core.records import RequestRecord
 from budgettune.engines.process import free_port, group_members

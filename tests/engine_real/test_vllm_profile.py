@@ -10,34 +10,17 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import signal
 import subprocess
 import time
-import uuid
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import pytest
 from profile_shape import PREFILL_FROM_TOKENS, ShapeFigures, shape_figures, slope_rise
-from vllm_env import (  # this folder is on sys.path under pytest's default import mode
-    build_model,
-    engine_cmd_text,
-    env_args,
-    in_ci,
-    on_client_core,
-    pids_marked,
-    vllm_python_or_skip,
-)
+from vllm_env import GRID_ARGS, VllmRun, in_ci, on_client_core
 
 from budgettune.model.ridge import KNEE_SLOPE_RATIO
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-# The command may take this long before the test gives up on it (benchmarks/bench_profile_time.py
-# measures how long profiling takes; no test bounds it).
-PROFILE_LIMIT_S = 300.0
 HELDOUT_MEDIAN_LIMIT = 0.15  # issue 6: held-out median error under 15% (all held-out probes)
 # Each series on its own, a guard that no one path is broken (a lost or double-counted series is
 # off by 50-100% or more). The tiny model's decode steps take 3-14 ms here and vLLM's three
@@ -46,9 +29,6 @@ HELDOUT_MEDIAN_LIMIT = 0.15  # issue 6: held-out median error under 15% (all hel
 # "median" is the mean of two: 32.6% in a clean-clone CI run at 1ea0521 (fit error 22%, pooled
 # 11.6%). 15% or 25% per series is not a stable bound; 40% still catches a broken path.
 SERIES_HELDOUT_LIMIT = 0.40
-# The probe grid both engines measure: prompts to 2048 (4096-token mixed probes lost the injected
-# prompt's iteration on a loaded 2-core machine), decode batches to 16, 3 repeats.
-GRID_ARGS = ("--max-tokens", "2048", "--max-batch", "16", "--repeats", "3")
 
 # Shape criteria, vLLM against torch on the same tiny model (issue 6). Figures over five runs of
 # each on this 2-core machine (power laws fitted in log-log, tests/engine_real/profile_shape.py):
@@ -69,53 +49,8 @@ MIXED_OVER_PARTS = (0.4, 1.6)  # a mixed iteration costs about its parts (seen 0
 TORCH_LIMIT_S = 120.0  # the torch profile takes 12-13 s here (7-8 s probing)
 
 
-@dataclass(slots=True, frozen=True)
-class VllmRun:
-    """The vLLM profile the tests of this module share (it takes a minute or more to measure)."""
-
-    folder: Path
-    model: Path
-    wall_s: float
-    stdout_doc: dict[str, Any]
-    saved: dict[str, Any]
-
-
-@pytest.fixture(scope="module")
-def vllm_run(budgettune_cmd: list[str], tmp_path_factory: pytest.TempPathFactory) -> VllmRun:
-    python = vllm_python_or_skip()
-    folder = tmp_path_factory.mktemp("vllm-profile")
-    model = build_model(python, folder / "tiny")
-    mark = f"profile-{uuid.uuid4().hex[:8]}"
-    out = folder / "vllm-cpu.json"
-    # The CPU recipe of vllm_env.vllm_spec (fp32, a 1 GB KV cache, no hub, a private compile
-    # cache) and the probe grid of GRID_ARGS.
-    cmd = on_client_core([
-        *budgettune_cmd, "profile", "--engine", "vllm",
-        "--engine-cmd", engine_cmd_text(python), "--model", str(model),
-        "--dtype", "float32", *GRID_ARGS, *env_args(folder / "cache", mark),
-        "-o", str(out), "--json",
-    ])  # fmt: skip
-    started = time.monotonic()
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
-    try:
-        stdout, stderr = proc.communicate(timeout=PROFILE_LIMIT_S + 120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-    wall_s = time.monotonic() - started
-    assert proc.returncode == 0, stderr[-3000:]
-    deadline = time.monotonic() + 15  # the engine is stopped by PID before the command returns
-    while pids_marked(mark) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not pids_marked(mark), "vLLM processes outlived the profile"
-    return VllmRun(folder, model, wall_s, json.loads(stdout), json.loads(out.read_text()))
-
-
-def test_vllm_cpu_profile_fits_held_out_points(vllm_run: VllmRun) -> None:
-    doc, saved, wall_s = vllm_run.stdout_doc, vllm_run.saved, vllm_run.wall_s
+def test_vllm_cpu_profile_fits_held_out_points(vllm_profile: VllmRun) -> None:
+    doc, saved, wall_s = vllm_profile.stdout_doc, vllm_profile.saved, vllm_profile.wall_s
     assert doc["kind"] == saved["kind"] == "measured" and saved["complete"] is True
     assert {p["series"] for p in saved["probes"]} >= {"prefill", "decode", "mixed"}
     step = saved["step"]
@@ -148,7 +83,7 @@ def test_vllm_cpu_profile_fits_held_out_points(vllm_run: VllmRun) -> None:
         assert ridge["knee_tokens"] > 0 and "knee at" in ridge["reason"]
     else:
         assert "no knee" in ridge["reason"]
-    assert (vllm_run.folder / "vllm-cpu.html").is_file()  # -o writes the report too (issue 8)
+    assert (vllm_profile.folder / "vllm-cpu.html").is_file()  # -o writes the report too (issue 8)
 
 
 def torch_or_skip() -> None:
@@ -216,14 +151,14 @@ def shape_mismatches(vllm: ShapeFigures, torch: ShapeFigures) -> list[str]:
 
 
 def test_torch_profile_agrees_in_shape_with_vllm(
-    vllm_run: VllmRun, budgettune_cmd: list[str]
+    vllm_profile: VllmRun, budgettune_cmd: list[str]
 ) -> None:
     torch_or_skip()
-    out = vllm_run.folder / "torch-cpu.json"
+    out = vllm_profile.folder / "torch-cpu.json"
     # After the vLLM profile has stopped its engine (the fixture waits for its processes), on the
     # client core with one thread: the two never share a core, so neither times the other's load.
     cmd = on_client_core([
-        *budgettune_cmd, "profile", "--engine", "torch", "--model", str(vllm_run.model),
+        *budgettune_cmd, "profile", "--engine", "torch", "--model", str(vllm_profile.model),
         "--dtype", "float32", "--device", "cpu", "--threads", "1", *GRID_ARGS,
         "-o", str(out), "--json",
     ])  # fmt: skip
@@ -235,7 +170,7 @@ def test_torch_profile_agrees_in_shape_with_vllm(
     assert saved["kind"] == "measured" and saved["complete"] is True
     assert saved["engine"]["name"] == "torch" and saved["step"] is not None
     assert {p["series"] for p in saved["probes"]} >= {"prefill", "decode", "mixed"}
-    vllm, torch = shape_figures(vllm_run.saved), shape_figures(saved)
+    vllm, torch = shape_figures(vllm_profile.saved), shape_figures(saved)
     tables = f"{vllm.table()}\n{torch.table()}"
     print(f"\ntorch CPU profile: {wall_s:.0f} s wall ({saved['elapsed_s']:.0f} s profiling)")
     print(tables)

@@ -1,7 +1,8 @@
-"""`budgettune sweep` against the real vLLM CPU build, through the installed command: without
---profile it runs the profile step on vLLM first, takes its baseline from the installed vLLM's
-own defaults, then writes a vllm.yaml that `vllm serve --config` accepts (the server starts and
-answers /health) and that carries the budget and only what the user set."""
+"""`budgettune sweep` against the real vLLM CPU build, through the installed command: calibrated
+by the session's vLLM profile (conftest.vllm_profile; the sweep's own profile step is tested on
+the embedded engine), it takes its baseline from the installed vLLM's own defaults, then writes
+a vllm.yaml that `vllm serve --config` accepts (the server starts and answers /health) and that
+carries the budget and only what the user set. Three vLLM starts: two budgets and the config."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import pytest
 from vllm_env import (
     API_SERVER,
     ENGINE_FLAGS,
-    build_model,
+    VllmRun,
     cpu_env,
     engine_cmd_text,
     engine_flag_args,
@@ -48,10 +49,10 @@ def write_trace(path: Path) -> None:
 
 
 def test_sweep_on_vllm_writes_a_config_vllm_serves(
-    budgettune_cmd: list[str], tmp_path: Path
+    vllm_profile: VllmRun, budgettune_cmd: list[str], tmp_path: Path
 ) -> None:
     python = vllm_python_or_skip()
-    model = build_model(python, tmp_path / "model")
+    model = vllm_profile.model
     trace = tmp_path / "trace.jsonl"
     write_trace(trace)
     run_dir = tmp_path / "run"
@@ -62,6 +63,7 @@ def test_sweep_on_vllm_writes_a_config_vllm_serves(
             *budgettune_cmd, "sweep", "--engine", "vllm",
             "--engine-cmd", engine_cmd_text(python), *engine_flag_args(), "--model", str(model),
             "--dtype", "float32", *env_args(tmp_path / "cache", mark), "--max-num-seqs", "16",
+            "--profile", str(vllm_profile.path),
             # 2048 is the CPU build's default budget: the baseline costs no extra launch
             "--budgets", "256,2048", "--trace", str(trace),
             # SLOs a CPU meets at both budgets: this test is about the config, not the verdict
@@ -72,23 +74,10 @@ def test_sweep_on_vllm_writes_a_config_vllm_serves(
     sweep_s = time.monotonic() - started
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert "engine vllm (as asked)" in result.stderr
-    # No --profile: the profile step ran first on the same engine options, sized to the
-    # budgets (prompts to 2048 tokens) and --max-num-seqs (decode batches to 16).
     err = " ".join(result.stderr.split())
-    profile_path = run_dir / "profile.json"
-    assert (
-        f"no --profile: profiling vllm first (prompts to 2048 tokens, decode batches to 16) "
-        f"into {profile_path}"
-    ) in err, err
-    profile = json.loads(profile_path.read_text())
-    assert profile["kind"] == "measured" and profile["complete"] is True
-    assert profile["engine"]["name"] == "vllm" and profile["engine"]["version"]
-    series = {p["series"] for p in profile["probes"]}
-    assert series >= {"prefill", "decode", "mixed"}, series
-    assert all(min(p["times_s"]) > 0 for p in profile["probes"])
-    assert (run_dir / "profile.csv").is_file() and (run_dir / "profile.html").is_file()
+    assert not (run_dir / "profile.json").exists()  # --profile given: no profile step
     doc = json.loads((run_dir / "recommendation.json").read_text())
-    assert doc["model_source"] == f"calibrated profile {profile_path} (measured first)"
+    assert doc["model_source"].startswith(f"calibrated profile {vllm_profile.path}"), doc
     assert doc["budget"] == 2048
     # The baseline is the installed vLLM's own answer (its CPU build: 2048 tokens, 128 seqs).
     defaults = doc["engine"]["defaults"]
@@ -161,7 +150,6 @@ def test_sweep_on_vllm_writes_a_config_vllm_serves(
     # itself exits: what matters is that the whole group went on SIGTERM alone.
     assert not left, f"vLLM processes {left} needed SIGKILL after SIGTERM"
     assert not pids_marked(mark)
-    print(f"sweep on vLLM CPU: {sweep_s:.0f} s (profile step {profile['elapsed_s']:.0f} s, "
-          f"{len(profile['probes'])} probes); p99 TBT {point['tbt_ms']:.1f} ms (predicted "
+    print(f"sweep on vLLM CPU: {sweep_s:.0f} s; p99 TBT {point['tbt_ms']:.1f} ms (predicted "
           f"{point['predicted']['tbt_at_slo_ms']:.1f}), p99 TTFT {point['ttft_ms']:.0f} ms at "
           "budget 2048")  # fmt: skip

@@ -11,7 +11,9 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,6 +35,25 @@ MARK_VAR = "BUDGETTUNE_TEST_MARK"
 # (a 2000-token prefill at budget 1024 took 776 ms against 479 ms, a decode step 8.0 ms against
 # 5.3 ms). The chunking trade-off test runs eager too: the trade holds in either mode.
 ENGINE_FLAGS = ("--enforce-eager",)
+# The profile the vllm tests share (conftest.vllm_profile): the probe grid, prompts to 2048
+# (4096-token mixed probes lost the injected prompt's iteration on a loaded 2-core machine),
+# decode batches to 16, 3 repeats; and how long the command may take before the test gives up on
+# it (benchmarks/bench_profile_time.py measures how long profiling takes; no test bounds it).
+GRID_ARGS = ("--max-tokens", "2048", "--max-batch", "16", "--repeats", "3")
+PROFILE_LIMIT_S = 300.0
+
+
+@dataclass(slots=True, frozen=True)
+class VllmRun:
+    """One `budgettune profile --engine vllm` run: its folder, the tiny model it measured, its
+    wall time, what it printed (--json) and what it saved."""
+
+    folder: Path
+    model: Path
+    path: Path
+    wall_s: float
+    stdout_doc: dict[str, Any]
+    saved: dict[str, Any]
 
 
 def in_ci() -> bool:
