@@ -4,11 +4,12 @@
 # 2-core machine: run it on every change.
 # Usage: scripts/test-fast.sh [--all] [PYTEST_ARGS...]
 #   --all         the fast tier, then every other test (the `slow`, `vllm`, `sglang` and `browser`
-#                 ones, one at a time), each test once: the README's test command, and CI's.
+#                 ones: the engine tier), each test once: the README's test command, and CI's.
 #   PYTEST_ARGS   passed to every pytest run (paths, -k, -x, ...).
-#   $BUDGETTUNE_TEST_WORKERS  pytest-xdist workers for the fast tier (default 2).
-# Tests marked `timing` read the wall clock against the embedded engine or a socket: they run on
-# their own after the others, never beside another worker.
+#   $BUDGETTUNE_TEST_WORKERS  pytest-xdist workers for the tests that run side by side (default 2).
+# Tests marked `timing` read the wall clock against the embedded engine or a socket, and the real
+# engines' tests pin vLLM or SGLang to core 0 and the client to core 1: they run on their own
+# after the others, never beside another worker.
 # .venv is made first when it is missing (scripts/setup-dev.sh --main-only).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -45,6 +46,10 @@ stage "fast tier, $workers workers" -m "($FAST_TIER) and not timing" \
 stage "fast tier, timing tests alone" -m "($FAST_TIER) and timing" -p no:xdist "$@"
 echo "== test-fast.sh: the fast tier passed in $(( $(date +%s) - start_s )) s"
 if [[ $run_all -eq 1 ]]; then
-    stage "every other test, one at a time" -m "not ($FAST_TIER)" -p no:xdist "$@"
+    ALONE="vllm or sglang or timing"
+    stage "engine tier, $workers workers" -m "not ($FAST_TIER) and not ($ALONE)" \
+        -n "$workers" --dist loadgroup "$@"
+    stage "engine tier, real engines and timing tests alone" -m "not ($FAST_TIER) and ($ALONE)" \
+        -p no:xdist "$@"
 fi
 echo "== test-fast.sh took $(( $(date +%s) - start_s )) s"

@@ -91,6 +91,7 @@ def test_launch_spec_holds_the_largest_probe() -> None:
     assert "--mode" not in sim.extra_args and "--compute-efficiency" not in sim.extra_args
 
 
+@pytest.mark.timing  # step times within 5%
 @pytest.mark.slow
 def test_sim_engine_profile_recovers_its_configuration(tmp_path: Path) -> None:
     """F, B, t0 within 5%, the serialized variant, and P* within 10% of the ridge, on the sim
@@ -176,6 +177,7 @@ def test_probe_rejected_midway_saves_what_was_measured(
     assert result.stdout == ""
 
 
+@pytest.mark.timing  # which prefill outlasts 1 s
 @pytest.mark.slow
 def test_probe_timeout_on_the_engine_path_saves_what_was_measured(
     budgettune_cmd: list[str], tmp_path: Path

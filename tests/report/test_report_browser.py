@@ -20,7 +20,9 @@ import report_cdp as cdp
 from budgettune.app.report import run_report
 from budgettune.report.html import collect_charts, write_report
 
-pytestmark = pytest.mark.browser
+# One worker runs the browser and the report tests that render the session's sweep (sweep_run):
+# a session fixture is made once per worker, and that sweep takes 15-30 s.
+pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("sweep-run")]
 
 LOCAL_SCHEMES = ("file:", "data:", "about:", "blob:")
 

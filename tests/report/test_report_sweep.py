@@ -144,6 +144,7 @@ def test_finished_ttft_null_means_failures(partial_run: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("sweep-run")  # with the browser's test of the same sweep
 def test_real_sweep_page(sweep_run: Path, budgettune_cmd: list[str], tmp_path: Path) -> None:
     rec = json.loads((sweep_run / "recommendation.json").read_text())
     done = subprocess.run(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]  # predicted against measured p99
 
 
 def test_closed_loop_predictions_match_the_closed_loop_replays(

@@ -29,6 +29,7 @@ def run(cmd: list[str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=400, cwd=REPO)
 
 
+@pytest.mark.timing  # an SLO at a measured p99
 def test_slo_at_own_p99_is_marginal_and_replayed_far_budget_is_clear(
     budgettune_cmd: list[str], tmp_path: Path
 ) -> None:

@@ -51,6 +51,7 @@ def assert_engines_gone(run_dir: Path) -> None:
             assert not Path(f"/proc/{pid}").exists(), f"engine {pid} outlived the sweep"
 
 
+@pytest.mark.timing  # the answer rests on 11+ ms of TBT margin
 def test_search_matches_exhaustive_grid_with_fewer_launches(
     budgettune_cmd: list[str], tmp_path: Path
 ) -> None:
@@ -119,6 +120,7 @@ FAULTY_ENGINE = """
 """
 
 
+@pytest.mark.timing  # the answer rests on 11+ ms of TBT margin
 def test_engine_crash_and_failed_start_are_recorded_and_skipped(
     budgettune_cmd: list[str], tmp_path: Path
 ) -> None:
@@ -142,6 +144,7 @@ def test_engine_crash_and_failed_start_are_recorded_and_skipped(
     assert_engines_gone(run_dir)
 
 
+@pytest.mark.timing  # the answer rests on 11+ ms of TBT margin
 def test_resume_after_kill_reruns_nothing_finished(
     budgettune_cmd: list[str], tmp_path: Path
 ) -> None:
@@ -289,6 +292,7 @@ def test_ctrl_c_stops_the_sweep_and_its_engine(
     assert f"`budgettune sweep --resume {run_dir}` goes on" in stderr, stderr[-2000:]
 
 
+@pytest.mark.timing  # the highest rate that meets the SLOs, as measured
 def test_goodput_finds_each_verified_budgets_highest_rate(
     budgettune_cmd: list[str], tmp_path: Path
 ) -> None:

@@ -114,6 +114,7 @@ def test_gpu_slots_start_each_engine_on_its_own_gpus(
         assert cuda == ("0,1" if point["slot"] == 0 else "2,3")
 
 
+@pytest.mark.timing  # two engines' verdicts, with margins for two
 def test_parallel_two_gives_the_sequential_answer_in_fewer_rounds(
     budgettune_cmd: list[str], tmp_path: Path
 ) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]  # measured latencies against predictions
 
 PROFILE_8B = Path(__file__).resolve().parents[2] / "profiles" / "llama-3.1-8b_h100-sxm.json"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]  # measured TBT against the profile's prediction
 
 # vLLM's command line onto the sim server; FAKE_VLLM_CRASH_AFTER=N SIGKILLs the server once it
 # has served N requests (read from its own /metrics), as an engine dying mid-profile would.

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from test_sweep_parallel import WORKLOAD, alive  # this folder is on sys.path under pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timing]  # verdicts on replays that share the cores
 
 RAY_PROCESS_WORDS = (b"raylet", b"gcs_server", b"ray::", b"ray/dashboard", b"ray/_private")
 
