@@ -120,3 +120,51 @@ def test_names_written_out_for_the_help_match_their_registries() -> None:
     assert tuple(_engine_options.ENGINE_NAMES) == tuple(engine_names())
     assert tuple(_trace_options.FORMAT_NAMES) == tuple(FORMATS)
     assert tuple(profile_cli.ENGINES) == tuple(PROFILE_ENGINES)
+
+
+HELP_PAGES = [[], ["trace", "synth"], ["trace", "inspect"], *([name] for name in sorted(COMMANDS))]
+
+
+@pytest.mark.parametrize("args", HELP_PAGES, ids=lambda args: " ".join(args) or "budgettune")
+def test_a_flag_shows_no_type(args: list[str]) -> None:
+    """A flag takes no value: its help row has no `<bool>` beside it (typer prints one)."""
+    result = CliRunner().invoke(app, [*args, "--help"], env={"COLUMNS": "240"})
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.output.splitlines() if "--help" in line]
+    assert rows and "Show this message and exit." in rows[0]
+    assert "<bool>" not in result.output
+
+
+def test_tensor_parallel_has_one_spelling() -> None:
+    """--tensor-parallel-size, as the engines and sweep spell it, wherever a command takes it
+    (the older --tensor-parallel still works)."""
+    spelled = {}
+    for name in sorted(COMMANDS):
+        command = _command(name)
+        commands = (
+            command.commands.values() if isinstance(command, typer.core.TyperGroup) else [command]
+        )
+        for each in commands:
+            for param in each.params:
+                if any("tensor-parallel" in opt for opt in getattr(param, "opts", [])):
+                    spelled[f"{name} {each.name}"] = param.opts[0]
+    assert len(spelled) >= 4, spelled  # roofline, simulate, profile, sweep, replay, serve
+    assert set(spelled.values()) == {"--tensor-parallel-size"}, spelled
+
+
+# The option panels several commands share, in the order every command shows them; a command's
+# own panels (sweep's Search, ...) come after.
+SHARED_PANELS = ("SLOs", "Engine", "Traffic", "Load generator")
+
+
+@pytest.mark.parametrize("name", sorted(set(COMMANDS) - {"trace"}))
+def test_shared_panels_come_in_one_order(name: str) -> None:
+    panels: list[str] = []
+    for param in _command(name).params:
+        panel = (getattr(param, "rich_help_panel", None) or "Options").split(" (")[0]
+        if panel not in panels:
+            panels.append(panel)
+    shared = [panel for panel in panels if panel in SHARED_PANELS]
+    assert shared == [panel for panel in SHARED_PANELS if panel in shared], panels
+    own = [panel for panel in panels if panel not in (*SHARED_PANELS, "Options")]
+    assert all(panels.index(p) > panels.index(s) for p in own for s in shared), panels

@@ -16,7 +16,12 @@ import numpy as np
 
 from budgettune import __version__
 from budgettune.app.profile_fit import IMPORT_ENGINE, fit_profile, imported_profile, shape_constants
-from budgettune.app.requests import ProfileRequest, choice_of
+from budgettune.app.requests import (
+    PROFILE_MAX_BATCH,
+    PROFILE_MAX_TOKENS,
+    ProfileRequest,
+    choice_of,
+)
 from budgettune.core.errors import EngineError, SpecError
 from budgettune.core.hardware import GPU, ModelShape, dtype_bytes, resolve_gpu, resolve_model
 from budgettune.core.limits import MAX_GPUS, MAX_SEQS, check_count, check_tokens
@@ -64,10 +69,10 @@ class ProfileConfig:
     model: str
     engine: str
     gpu_name: str = "auto"
-    max_tokens: int = 8192
+    max_tokens: int = PROFILE_MAX_TOKENS
     repeats: int = 5
     output: Path | None = None
-    max_batch: int = 256
+    max_batch: int = PROFILE_MAX_BATCH
     contexts: tuple[int, ...] = DEFAULT_CONTEXTS
     dtype: str = "auto"
     device: str = "auto"

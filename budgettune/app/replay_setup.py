@@ -17,7 +17,7 @@ from budgettune.app.client import client_settings, without_key
 from budgettune.app.launch import launch_spec, resolve_engine
 from budgettune.app.outputs import RESULTS_FOLDER, claim_folder
 from budgettune.app.replay import ReplayConfig
-from budgettune.app.requests import DEFAULT_GPU, DEFAULT_MODEL, ReplayRequest
+from budgettune.app.requests import DEFAULT_GPU, DEFAULT_MODEL, REPLAY_REQUESTS, ReplayRequest
 from budgettune.app.simulate import parse_budgets
 from budgettune.app.traffic import Traffic, build_traffic, max_model_len_tokens
 from budgettune.core.errors import SpecError
@@ -27,7 +27,7 @@ from budgettune.core.slo import SLO
 from budgettune.core.units import parse_duration_s
 from budgettune.loadgen.runner import MERGED_MODES, RunOptions
 
-DEFAULT_REQUESTS = 200  # synthetic traffic without --requests
+DEFAULT_REQUESTS = REPLAY_REQUESTS  # synthetic traffic without --requests
 # Synthetic traffic drawn for a closed loop without --rate: its arrival times are not used.
 CLOSED_LOOP_DRAW_RATE_PER_S = 1.0
 

@@ -20,11 +20,21 @@ DEFAULT_MODEL = "llama-3.1-8b"  # the model preset predictions and the sim engin
 DEFAULT_GPU = "h100-sxm"  # the GPU preset likewise
 DEFAULT_PROMPT_DIST = "lognormal:mean=1000,sigma=1.0,max=8192"
 DEFAULT_OUTPUT_DIST = "lognormal:mean=250,sigma=1.0,max=2048"
-# simulate's own synthetic traffic (since issue 2) and budgets
+# Synthetic traffic without --trace, per command. sweep and replay send it live, once per budget:
+# their defaults keep one replay near half a minute (240 requests at 8/s; replay 200 at the rate
+# it is given) with outputs to 2048 tokens. simulate runs in virtual time, where a longer,
+# heavier run costs nothing: 2000 requests at 16/s, outputs to 4096 tokens.
+SWEEP_RATE_PER_S = 8.0
+SWEEP_REQUESTS = 240
+REPLAY_REQUESTS = 200
 SIMULATE_RATE_PER_S = 16.0
 SIMULATE_REQUESTS = 2000
 SIMULATE_OUTPUT_DIST = "lognormal:mean=250,sigma=1.0,max=4096"
 SIMULATE_BUDGETS = "256,512,1024,2048,8192,none"
+# `budgettune profile`'s probe grid by default; a sweep's own profile step sizes it to the sweep
+# (app/sweep.profile_config) within these.
+PROFILE_MAX_TOKENS = 8192
+PROFILE_MAX_BATCH = 256
 
 
 @dataclass(slots=True, frozen=True)

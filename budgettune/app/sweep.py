@@ -17,6 +17,7 @@ from pathlib import Path
 from budgettune.app.executors import Executor, InProcess, RoundEvents
 from budgettune.app.profile import ProfileConfig, ProfileOutcome, run_profile
 from budgettune.app.profile import validate as validate_profile
+from budgettune.app.requests import PROFILE_MAX_BATCH, PROFILE_MAX_TOKENS
 from budgettune.app.rounds import verify_in_rounds
 from budgettune.app.slots import Slot
 from budgettune.app.traffic import Traffic
@@ -54,8 +55,6 @@ from budgettune.tune.sweep_config import SweepConfig
 
 PROFILE_FILE = "profile.json"  # the profile a sweep on a real engine measures first
 PROFILE_MIN_TOKENS = 256
-PROFILE_DEFAULT_MAX_TOKENS = 8192  # `budgettune profile`'s default --max-tokens
-PROFILE_MAX_BATCH = 256  # `budgettune profile`'s default --max-batch
 
 
 @dataclass(slots=True)
@@ -128,7 +127,7 @@ def profile_config(
     larger), written to ``<run>/profile.json``. Raises SpecError for a model it cannot read."""
     considered = [*(budgets or ()), *([reference_budget] if reference_budget else [])]
     if not budgets:
-        considered.append(PROFILE_DEFAULT_MAX_TOKENS)
+        considered.append(PROFILE_MAX_TOKENS)
     limit = resolve_model(model).max_position_embeddings
     max_tokens = max(PROFILE_MIN_TOKENS, *considered)
     config = ProfileConfig(

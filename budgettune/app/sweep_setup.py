@@ -18,9 +18,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from budgettune.app.baseline import Baseline
 from budgettune.app.client import client_settings, without_key
 from budgettune.app.launch import external_budget, launch_spec, resolve_engine
-from budgettune.app.requests import DEFAULT_GPU, DEFAULT_MODEL, ModelRequest, SweepRequest
+from budgettune.app.requests import (
+    DEFAULT_GPU,
+    DEFAULT_MODEL,
+    SWEEP_RATE_PER_S,
+    SWEEP_REQUESTS,
+    ModelRequest,
+    SweepRequest,
+)
 from budgettune.app.slots import GPU_ENGINES, Slot, SlotPlan, parse_gpus, plan_slots
 from budgettune.app.traffic import Traffic, build_traffic, max_model_len_tokens
 from budgettune.artifacts.sweep_options import (
@@ -32,7 +40,6 @@ from budgettune.artifacts.sweep_options import (
 from budgettune.core.engine_defaults import DefaultBudget, default_budget_on
 from budgettune.core.errors import SpecError
 from budgettune.core.hardware import GPU, resolve_gpu
-from budgettune.core.limits import check_tokens
 from budgettune.core.units import parse_duration_s, parse_int_list
 from budgettune.engines.base import LaunchSpec
 from budgettune.loadgen.runner import RunOptions
@@ -48,8 +55,8 @@ if TYPE_CHECKING:
     from budgettune.tune.gpu import DetectedGPU
     from budgettune.tune.point import Point
 
-DEFAULT_RATE_PER_S = 8.0  # synthetic traffic without --rate
-DEFAULT_REQUESTS = 240  # synthetic traffic without --requests
+DEFAULT_RATE_PER_S = SWEEP_RATE_PER_S  # synthetic traffic without --rate
+DEFAULT_REQUESTS = SWEEP_REQUESTS  # synthetic traffic without --requests
 ANALYTIC = "analytic"  # profile "analytic": the presets' roofline, no profile step
 REAL_ENGINES = ("vllm", "sglang", "trtllm")
 # The predictions' sequence limit where the engine sizes its running batch itself (SGLang, from
@@ -163,8 +170,9 @@ def prepare_sweep(
         max_model_len_tokens=max_model_len_tokens(traffic_request),
         api_key=client.api_key,
     )
+    baseline = Baseline.parse(request.baseline)
     # Asking vLLM takes 5-15 s: only when the baseline or the sequence limit needs it.
-    needs_defaults = request.baseline.strip().lower() == "auto" or spec.max_num_seqs is None
+    needs_defaults = baseline.is_auto or spec.max_num_seqs is None
     defaults = engine_defaults_for(engine, spec, gpu_card, detected) if needs_defaults else None
     # The predictions' running-sequence limit: the user's, else the engine's own default.
     engine_seqs = spec.max_num_seqs or (defaults.max_num_seqs if defaults else None)
@@ -173,7 +181,7 @@ def prepare_sweep(
         candidate_budgets: tuple[int, ...] | None = (external_budget(request, url, client.api_key),)
         default_budget = None
     else:
-        default_budget = reference_budget(request.baseline, defaults)
+        default_budget = baseline.budget(defaults)
         candidate_budgets = (
             tuple(parse_int_list(request.budgets, field="budgets"))
             if request.budgets is not None
@@ -219,11 +227,11 @@ def prepare_sweep(
     finished = open_run(run_dir, settings, resume=resume is not None)
     say(target.why)
     if detected is not None:
-        say(detected_line(detected, defaults, request.baseline, default_budget))
-    elif defaults is not None and request.baseline.strip().lower() == "auto":
-        say(f"engine default budget {defaults.budget_tokens} ({defaults.rule})")
+        say(f"GPU: {detected.describe()}; {baseline.line(defaults)}")
+    elif defaults is not None and baseline.is_auto:
+        say(baseline.line(defaults))
     if engine == "external" and candidate_budgets:
-        told = request.baseline.strip().lower() in ("auto", "none")
+        told = baseline.tokens is None
         say(
             f"server budget {candidate_budgets[0]} "
             f"({'its /server_info' if told else 'as given with --baseline'}): measured as it runs"
@@ -262,9 +270,7 @@ def prepare_sweep(
         align_tokens=request.align,
         default_budget=default_budget,
         engine_defaults=defaults,
-        baseline_label="Your engine default"
-        if request.baseline == "auto"
-        else "Your current budget",
+        baseline_label=baseline.label,
         goodput=request.goodput,
         exhaustive=request.exhaustive,
         max_replays=request.max_replays,
@@ -459,36 +465,6 @@ def engine_defaults_for(
         memory_bytes=memory,
         tensor_parallel=spec.tensor_parallel_size or 1,
     )
-
-
-def reference_budget(text: str, defaults: DefaultBudget | None) -> int | None:
-    """The reference budget: the engine's default for ``auto`` (``defaults``; None: unknown),
-    a number, or None for ``none``."""
-    choice = text.strip().lower()
-    if choice == "none":
-        return None
-    if choice == "auto":
-        return None if defaults is None else defaults.budget_tokens
-    try:
-        value = int(choice)
-    except ValueError:
-        raise SpecError(
-            f"use auto, none or a number of tokens, got {text!r}", field="baseline"
-        ) from None
-    return check_tokens(value, field="baseline")
-
-
-def detected_line(
-    detected: DetectedGPU, defaults: DefaultBudget | None, baseline: str, default_budget: int | None
-) -> str:
-    """One line: the card nvidia-smi shows and the reference budget."""
-    text = f"GPU: {detected.describe()}; "
-    choice = baseline.strip().lower()
-    if choice == "auto" and defaults is not None:  # always, for the engines nvidia-smi is read for
-        return text + f"engine default budget {defaults.budget_tokens} ({defaults.rule})"
-    if choice == "none":
-        return text + "no reference budget (--baseline none)"
-    return text + f"reference budget {default_budget} (--baseline)"
 
 
 def analytic_or_given_model(

@@ -115,7 +115,24 @@ def _built(name: str) -> _click.Command:
     raise LookupError(f"{name}: its module registered no such command")  # a bug in COMMANDS
 
 
-class _Group(TyperGroup):
+def _hide_flag_types(params: Sequence[Any]) -> None:
+    """typer's help prints a type beside every option, a flag's too (`--json <bool>`), though a
+    flag takes no value: an empty metavar leaves the type column blank. Set while the help is
+    drawn, which then exits."""
+    for param in params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+
+
+class Group(TyperGroup):
+    """A group of budgettune commands (``trace``): its help lists no type beside a flag."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        _hide_flag_types(self.get_params(ctx))
+        super().format_help(ctx, formatter)
+
+
+class _Group(Group):
     """Turns budgettune's own errors into one line on stderr and their exit code, no traceback;
     and the option parser's errors (``--rate abc``, an unknown option) into the same one line,
     where typer would draw a boxed usage message. Commands not imported yet are listed from
@@ -194,6 +211,10 @@ class Command(TyperCommand):
                 if param.name == error.field and param.opts:
                     error.flag = flag_spelling(param.opts, argv)  # type: ignore[attr-defined]
             raise
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        _hide_flag_types(self.get_params(ctx))
+        super().format_help(ctx, formatter)
 
 
 def flag_spelling(opts: Sequence[str], argv: Sequence[str]) -> str:

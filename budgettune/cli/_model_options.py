@@ -34,8 +34,11 @@ MemoryGb = Annotated[float | None, typer.Option(
 Dtype = Annotated[str, typer.Option(
     "--dtype", help="Weight and KV-cache dtype (bytes per element from it)."
 )]  # fmt: skip
+# --tensor-parallel-size, as vLLM, SGLang, TensorRT-LLM and sweep spell it; --tensor-parallel,
+# the first spelling here, still works.
 TensorParallel = Annotated[int, typer.Option(
-    "--tensor-parallel", min=1, help="GPUs the model is split over (pools FLOP/s, bandwidth)."
+    "--tensor-parallel-size", "--tensor-parallel", min=1,
+    help="GPUs the model is split over (pools FLOP/s, bandwidth).",
 )]  # fmt: skip
 Calibration = Annotated[str, typer.Option(
     "--calibration", help="Step-time model calibration: measured (per-GPU efficiencies fitted to "

@@ -21,7 +21,7 @@ from rich.progress import (
 from rich.table import Table
 
 from budgettune.cli._common import console, console_err
-from budgettune.core.units import format_ms, format_ms_cell
+from budgettune.core.units import format_ms, format_ms_cell, format_ms_of
 from budgettune.engines.base import EngineHandle, StartProgress
 from budgettune.tune.select import interval_text, rate_text
 
@@ -139,10 +139,6 @@ def run_with_progress(prepared: PreparedSweep, executor: Executor) -> SweepResul
         )
 
 
-def _ms(value_ms: float | None) -> str:
-    return "-" if value_ms is None else format_ms(value_ms / 1e3)
-
-
 def _point_line(point: Point, config: SweepConfig) -> str:
     if not point.is_measured:
         return f"  budget {point.budget}: {point.status.value}: {point.error}"
@@ -156,7 +152,9 @@ def _point_line(point: Point, config: SweepConfig) -> str:
     p = f"p{config.percentile:g}"
 
     def figure(value_ms: float | None, interval: tuple[float | None, float | None] | None) -> str:
-        return _ms(value_ms) + (f" [{interval_text(interval)}]" if interval is not None else "")
+        return format_ms_of(value_ms) + (
+            f" [{interval_text(interval)}]" if interval is not None else ""
+        )
 
     line = (
         f"  budget {point.budget}: {p} TBT (ITL) {figure(point.tbt_ms, point.tbt_ci_ms)}, "

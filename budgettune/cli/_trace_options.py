@@ -17,7 +17,14 @@ from typing import Annotated
 
 import typer
 
-from budgettune.app.requests import DEFAULT_OUTPUT_DIST, DEFAULT_PROMPT_DIST, TrafficRequest
+from budgettune.app.requests import (
+    DEFAULT_OUTPUT_DIST,
+    DEFAULT_PROMPT_DIST,
+    REPLAY_REQUESTS,
+    SWEEP_RATE_PER_S,
+    SWEEP_REQUESTS,
+    TrafficRequest,
+)
 from budgettune.cli._groups import OptionGroup
 
 PANEL = "Traffic"
@@ -66,8 +73,8 @@ Rate = Annotated[
     typer.Option(
         "--rate",
         help="Mean arrival rate, requests/s (at most 100,000). With recorded arrivals: rescale "
-        "the trace to this rate. Default: the trace's own rate; synthetic traffic: sweep 8, "
-        "replay required.",
+        f"the trace to this rate. Default: the trace's own rate; synthetic traffic: sweep "
+        f"{SWEEP_RATE_PER_S:g}, replay required.",
         rich_help_panel=PANEL,
     ),
 ]
@@ -102,7 +109,8 @@ Requests = Annotated[
     typer.Option(
         "--requests",
         help="Number of requests, at most 2,000,000. Default: the whole trace; synthetic "
-        "traffic: sweep 240, replay 200; trace synth needs this or --duration.",
+        f"traffic: sweep {SWEEP_REQUESTS}, replay {REPLAY_REQUESTS}; trace synth needs this or "
+        "--duration.",
         rich_help_panel=PANEL,
     ),
 ]

@@ -9,7 +9,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from budgettune.app.requests import ModelRequest, ProfileRequest
+from budgettune.app.requests import (
+    PROFILE_MAX_BATCH,
+    PROFILE_MAX_TOKENS,
+    ModelRequest,
+    ProfileRequest,
+)
 from budgettune.cli import Command, app
 from budgettune.cli import _engine_options as eo
 from budgettune.cli._client_options import ApiKey
@@ -66,9 +71,10 @@ def profile(
         str,
         typer.Option(
             "--max-tokens",
-            help="Largest prefill probe, tokens (default 8192; '8K' = 8192, '8k' = 8000).",
+            help=f"Largest prefill probe, tokens (default {PROFILE_MAX_TOKENS}; '8K' = 8192, "
+            "'8k' = 8000).",
         ),
-    ] = "8192",
+    ] = str(PROFILE_MAX_TOKENS),
     repeats: Annotated[
         int,
         typer.Option("--repeats", help="Timed repeats of each probe, at most 1,000 (default 5)."),
@@ -87,9 +93,10 @@ def profile(
         int,
         typer.Option(
             "--max-batch",
-            help="Largest decode batch probed, sequences, at most 16,384 (default 256).",
+            help="Largest decode batch probed, sequences, at most 16,384 (default "
+            f"{PROFILE_MAX_BATCH}).",
         ),
-    ] = 256,
+    ] = PROFILE_MAX_BATCH,
     contexts: Annotated[
         str,
         typer.Option(
@@ -193,6 +200,7 @@ def profile(
     tensor_parallel: Annotated[
         int,
         typer.Option(
+            "--tensor-parallel-size",
             "--tensor-parallel",
             help="GPUs the model is split over (analytic: pool FLOP/s and bandwidth; default 1).",
         ),

@@ -18,7 +18,7 @@ from budgettune.cli._client_options import CLIENT
 from budgettune.cli._common import console, console_err, print_json, print_warning
 from budgettune.cli._groups import with_groups
 from budgettune.cli._trace_options import TRAFFIC
-from budgettune.core.units import finite_or_none, format_ms
+from budgettune.core.units import finite_or_none, format_ms, format_ms_of
 
 if TYPE_CHECKING:  # the live runner and the replay pipeline load when the command runs
     from budgettune.app.replay import ReplayConfig, ReplayResult
@@ -82,6 +82,9 @@ AsJson = Annotated[bool, typer.Option(
 @app.command(cls=Command)
 @with_groups(launch=eo.LAUNCH, traffic=TRAFFIC, client=CLIENT)
 def replay(
+    slo_tbt: SloTbt = None,
+    slo_ttft: SloTtft = None,
+    percentile: Percentile = 99.0,
     engine: Engine = "auto",
     url: eo.Url = None,
     budget: Budget = None,
@@ -96,9 +99,6 @@ def replay(
     max_error_rate: MaxErrorRate = None,
     request_timeout: RequestTimeout = "300s",
     output: Output = None,
-    slo_tbt: SloTbt = None,
-    slo_ttft: SloTtft = None,
-    percentile: Percentile = 99.0,
     as_json: AsJson = False,
 ) -> None:
     """Replay traffic on a live engine and measure TTFT, TBT (ITL), TPOT and E2E.
@@ -208,14 +208,10 @@ def _run_with_progress(config: ReplayConfig, schedule: Any, total: int) -> Repla
         )
 
 
-def _ms_cell(value: float | None) -> str:
-    return "-" if value is None else format_ms(value / 1e3)
-
-
 def _lag_cell(value_ms: float | None) -> str:
     """A send lag: hundredths of a millisecond below 10 ms (it is often well under 1 ms)."""
     if value_ms is None or value_ms >= 10:
-        return _ms_cell(value_ms)
+        return format_ms_of(value_ms)
     return f"{value_ms:.2f} ms"
 
 
@@ -271,11 +267,12 @@ def _print_summary(result: ReplayResult, traffic: str) -> None:
                                       (server.itl, summary.tbt_s, "ITL")):  # fmt: skip
             if figure is not None:
                 parts.append(
-                    f"{label} p50 {_ms_cell(figure.p50_ms)} / p99 {_ms_cell(figure.p99_ms)} "
+                    f"{label} p50 {format_ms_of(figure.p50_ms)} / "
+                    f"p99 {format_ms_of(figure.p99_ms)} "
                     f"(client {format_ms(client.p50)} / {format_ms(client.p99)})"
                 )
         if server.loop_lateness is not None:
-            parts.append(f"engine loop lateness p99 {_ms_cell(server.loop_lateness.p99_ms)}")
+            parts.append(f"engine loop lateness p99 {format_ms_of(server.loop_lateness.p99_ms)}")
         console.print("server /metrics (bucket estimates): " + "; ".join(parts), highlight=False)
     if result.results_file is not None:
         console.print(f"results: {result.results_file}", highlight=False)

@@ -13,11 +13,16 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from budgettune.app.requests import (
+    DEFAULT_OUTPUT_DIST as SWEEP_OUTPUT_DIST,
+)
+from budgettune.app.requests import (
     DEFAULT_PROMPT_DIST,
     SIMULATE_BUDGETS,
     SIMULATE_OUTPUT_DIST,
     SIMULATE_RATE_PER_S,
     SIMULATE_REQUESTS,
+    SWEEP_RATE_PER_S,
+    SWEEP_REQUESTS,
     ModelRequest,
     SimulateRequest,
     TrafficRequest,
@@ -27,6 +32,7 @@ from budgettune.cli import _model_options as mo
 from budgettune.cli import _trace_options as to
 from budgettune.cli._common import console, console_err, print_json, print_warning
 from budgettune.cli._groups import with_groups
+from budgettune.core.units import format_ms_cell
 from budgettune.sim.kvcache import DEFAULT_BLOCK_SIZE, DEFAULT_GPU_MEMORY_UTILIZATION
 
 if TYPE_CHECKING:  # rich's tables and progress load when the command prints them
@@ -50,7 +56,10 @@ _HELP = (
     f"highest rate meeting the p99 SLOs. Without --trace: {DEFAULT_REQUESTS} requests, Poisson "
     f"arrivals at {DEFAULT_RATE_PER_S:g} requests/s, lengths from --prompt-dist and "
     "--output-dist. With --trace FILE: its requests at their recorded times (or --arrivals "
-    "poisson/gamma --rate R)."
+    f"poisson/gamma --rate R). These defaults are heavier than sweep's ({SWEEP_RATE_PER_S:g} "
+    f"requests/s, {SWEEP_REQUESTS} requests, --output-dist {SWEEP_OUTPUT_DIST}): a simulation "
+    "runs in virtual time, where a longer run costs nothing, while sweep replays each budget "
+    "live."
 )
 
 # The traffic options, four of them worded for simulate's own defaults.
@@ -290,8 +299,7 @@ def _ms(seconds: float, target_s: float | None = None) -> str:
     """Milliseconds with 3 significant figures; green/red against a target when given."""
     if not math.isfinite(seconds):
         return "-"
-    ms = seconds * 1e3
-    text = f"{ms:.1f}" if ms < 100 else f"{ms:,.0f}"
+    text = format_ms_cell(seconds * 1e3)
     if target_s is None:
         return text
     colour = "green" if seconds <= target_s else "red"

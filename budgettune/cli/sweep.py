@@ -144,6 +144,7 @@ def sweep(
     calibration: Calibration = DEFAULT_CALIBRATION,
     launch: LaunchRequest = LaunchRequest(),  # the eo.LAUNCH options, packed by with_groups
     traffic: TrafficRequest = TrafficRequest(),  # the TRAFFIC options, likewise
+    client: ClientRequest = ClientRequest(),  # the CLIENT options, likewise
     budgets: Budgets = None,
     align: Align = 256,
     goodput: Goodput = False,
@@ -153,7 +154,6 @@ def sweep(
     parallel: Parallel = None,
     gpus: Gpus = None,
     ray: Ray = None,
-    client: ClientRequest = ClientRequest(),  # the CLIENT options, likewise
     warmup: Warmup = 0,
     request_timeout: RequestTimeout = "300s",
     max_error_rate: MaxErrorRate = 0.5,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from budgettune.app.requests import DEFAULT_OUTPUT_DIST, DEFAULT_PROMPT_DIST
-from budgettune.cli import Command, app
+from budgettune.cli import Command, Group, app
 from budgettune.cli import _trace_options as to
 from budgettune.cli._common import console, console_err, print_json, print_warning
 
@@ -24,6 +24,7 @@ trace_app = typer.Typer(
     "budgettune JSONL, any CSV).",
     no_args_is_help=True,
     rich_markup_mode="rich",
+    cls=Group,
 )
 app.add_typer(trace_app, name="trace")
 

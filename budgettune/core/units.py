@@ -167,6 +167,12 @@ def format_ms(seconds: float) -> str:
     return f"{ms:.1f} ms"
 
 
+def format_ms_of(value_ms: float | None, missing: str = "-") -> str:
+    """:func:`format_ms` for a figure already in milliseconds; ``missing`` where there is none
+    (a point with failed requests has no p99)."""
+    return missing if value_ms is None else format_ms(value_ms / 1e3)
+
+
 def format_ms_3sig(value_ms: float | None) -> str:
     """Milliseconds to three significant digits, for the report's pages: 31.2 -> '31.2 ms',
     1530 -> '1.53 s', +inf -> 'inf (failures)', None or nan -> '-'."""

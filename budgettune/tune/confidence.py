@@ -9,7 +9,6 @@ TBT failure alone rules out every larger budget). An SLO an early stop cut short
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -18,6 +17,7 @@ from budgettune.core.intervals import QuantileInterval, Samples, quantile_interv
 from budgettune.core.metrics import tbt_samples, ttft_samples
 from budgettune.core.records import RequestRecord
 from budgettune.core.slo import SLO
+from budgettune.core.units import finite_or_none
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,4 +94,4 @@ def interval_ms(interval: QuantileInterval) -> tuple[float | None, float | None]
 
 
 def _ms(value_s: float) -> float | None:
-    return round(value_s * 1e3, 4) if math.isfinite(value_s) else None
+    return finite_or_none(value_s * 1e3, digits=4)

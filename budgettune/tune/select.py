@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from budgettune.core.units import format_ms
+from budgettune.core.units import format_ms, format_ms_of
 from budgettune.tune.candidates import Candidates
 
 if TYPE_CHECKING:  # points are read field by field
@@ -30,7 +30,7 @@ class Recommendation:
 
 
 def _ms(value_ms: float | None) -> str:
-    return "failed requests" if value_ms is None else format_ms(value_ms / 1e3)
+    return format_ms_of(value_ms, missing="failed requests")
 
 
 RATE_TOLERANCE = 0.02  # a realised rate within 2% of the asked one is that rate

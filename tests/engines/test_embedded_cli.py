@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -100,3 +101,38 @@ def test_serve_on_port_0_prints_the_port_it_got(budgettune_cmd: list[str], tmp_p
             os.killpg(proc.pid, signal.SIGINT)
             proc.wait(10)
     assert not group_members(proc.pid)
+
+
+def test_stopping_with_a_connection_open_logs_no_traceback(
+    budgettune_cmd: list[str], tmp_path: Path
+) -> None:
+    """SIGTERM while a client holds a keep-alive connection: the server stops and its log ends
+    with its summary line, not a CancelledError traceback (Python 3.11's start_server logs a
+    connection task that ends cancelled as an error)."""
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [*budgettune_cmd, "serve", "--port", "0"],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while (
+            found := re.search(r"serving on http://127\.0\.0\.1:(\d+)/v1", log.read_text())
+        ) is None:
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        with socket.create_connection(("127.0.0.1", int(found.group(1))), timeout=10) as idle:
+            idle.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert idle.recv(4096).startswith(b"HTTP/1.1 200")
+            # the connection stays open (keep-alive) while the server is stopped
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    text = log.read_text()
+    assert "Traceback" not in text and "CancelledError" not in text, text[-3000:]
+    assert "stopped; iterations:" in text, text[-3000:]

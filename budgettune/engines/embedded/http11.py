@@ -257,6 +257,11 @@ async def serve_connection(
             conn.start_next_cycle()
     except (ConnectionError, h11.LocalProtocolError):
         pass
+    except asyncio.CancelledError:
+        # The server is stopping (a connection kept alive, or a stream cut at shutdown). End as a
+        # closed connection: on Python 3.11 asyncio.start_server logs a handler task that ends
+        # cancelled as "Exception in callback" with a CancelledError traceback in the engine log.
+        pass
     finally:
         with contextlib.suppress(Exception):
             writer.close()  # flushes what is buffered, then closes
