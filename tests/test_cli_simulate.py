@@ -345,8 +345,8 @@ def test_bad_input_one_line_exit_2(args: list[str], needle: str) -> None:
         (["--slo-tbt", "50mss"], "--slo-tbt: cannot read '50mss' as a duration"),
         (["--prompt-dist", "lognormal:sigma=1"], "--prompt-dist: 'lognormal:sigma=1': lognormal"),
         # The option parser's own errors: one line too, where typer would draw a usage box.
-        (["--rate", "abc"], "--rate: got 'abc': Input should be a valid number"),
-        (["--max-num-seqs=1.5"], "--max-num-seqs: got '1.5': Input should be a valid integer"),
+        (["--rate", "abc"], "--rate: got 'abc': write a plain number, e.g. 16, 0.5 or 1e3"),
+        (["--max-num-seqs=1.5"], "--max-num-seqs: got '1.5': write a plain whole number, e.g. 16"),
         (["--bogus", "3"], "No such option: --bogus"),
         (["--slo-tbt"], "Option '--slo-tbt' requires an argument"),
     ],

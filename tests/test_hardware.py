@@ -67,13 +67,14 @@ def test_unknown_presets_list_the_known_ones() -> None:
 
 def test_custom_gpu_rejects_non_positive() -> None:
     assert custom_gpu(100, 1.0, 24).peak_flops == 100e12
-    with pytest.raises(SpecError, match="must be positive, got 0") as caught:
+    with pytest.raises(SpecError, match=r"must be at least 0\.001 TB/s, got 0") as caught:
         custom_gpu(100, 0, 24)
     assert caught.value.field == "bandwidth_tbs"
     for figures, field in (((100, float("inf"), 24), "bandwidth_tbs"),
                            ((float("nan"), 1.0, 24), "peak_tflops"),
                            ((1e300, 1.0, 24), "peak_tflops"),
-                           ((100, 1e-308, 24), "bandwidth_tbs")):  # fmt: skip
+                           ((100, 1e-308, 24), "bandwidth_tbs"),
+                           ((100, 1.0, 1e-300), "memory_gb")):  # fmt: skip
         with pytest.raises(SpecError) as caught:
             custom_gpu(*figures)
         assert caught.value.field == field

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import signal
 import sys
 from collections.abc import Sequence
@@ -215,6 +216,47 @@ class Command(TyperCommand):
     def format_help(self, ctx: Any, formatter: Any) -> None:
         _hide_flag_types(self.get_params(ctx))
         super().format_help(ctx, formatter)
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        _check_plain_numbers(ctx, self.get_params(ctx), args)
+        return super().parse_args(ctx, args)
+
+
+# A number as a user writes one: ASCII digits, a point, an exponent. Python's int() and float()
+# also read "1_6" (16), "１６" (full-width digits), "inf" and "nan": each is refused here, once
+# for every numeric option of every command, before the option's own range check.
+_PLAIN_NUMBER = {
+    int: re.compile(r"[+-]?[0-9]+"),
+    float: re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?"),
+}
+
+
+def _check_plain_numbers(ctx: Any, params: Sequence[Any], args: Sequence[str]) -> None:
+    """Refuse a value of an int or float option that is not written as a plain number."""
+    numeric = {}
+    for param in params:
+        descriptor = getattr(param, "type_descriptor", None)
+        kind = getattr(descriptor, "annotation", None)
+        if kind in _PLAIN_NUMBER and not getattr(param, "is_flag", False):
+            numeric.update(dict.fromkeys(param.opts, (param, kind)))
+    for index, word in enumerate(args):
+        if word == "--":
+            break
+        opt, _, value = word.partition("=")
+        if opt not in numeric:
+            continue
+        if not _:  # "--rate 16": the value is the next word
+            if index + 1 >= len(args):
+                continue  # the parser says the value is missing
+            value = args[index + 1]
+        param, kind = numeric[opt]
+        if not _PLAIN_NUMBER[kind].fullmatch(value):
+            example = "16" if kind is int else "16, 0.5 or 1e3"
+            raise _click.exceptions.BadParameter(
+                f"write a plain {'whole ' if kind is int else ''}number, e.g. {example}",
+                ctx=ctx,
+                param=param,
+            )
 
 
 def flag_spelling(opts: Sequence[str], argv: Sequence[str]) -> str:

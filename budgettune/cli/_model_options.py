@@ -67,7 +67,7 @@ Mode = Annotated[str | None, typer.Option(
 )]  # fmt: skip
 Profile = Annotated[Path | None, typer.Option(
     "--profile", help="A profile JSON from `budgettune profile` (or one shipped in profiles/): "
-    "its calibrated step-time model replaces --model, --dtype, --tensor-parallel, "
+    "its calibrated step-time model replaces --model, --dtype, --tensor-parallel-size, "
     "--calibration, the efficiency flags, --overhead-ms and --mode. The KV cache is sized on "
     "the GPU preset the profile names, else on --gpu. Unset by default: the analytic presets.",
 )]  # fmt: skip

@@ -96,9 +96,14 @@ class HardwareFacts:
         return doc
 
 
-# A custom GPU's figures: positive and finite, and at most this (a thousand B200s' worth).
-CUSTOM_GPU_LIMITS = {"peak_tflops": 1e7, "bandwidth_tbs": 1e4, "memory_gb": 1e6}
-MIN_BANDWIDTH_TBS = 1e-3  # 1 GB/s: below it no figure the model gives means anything
+# A custom GPU's figures: finite, at least the first (below it no figure the model gives means
+# anything: 1 GFLOP/s, 1 GB/s, and 1 GB, less than the weights of any model preset), and at most
+# the second (a thousand B200s' worth).
+CUSTOM_GPU_LIMITS = {
+    "peak_tflops": (1e-3, 1e7, "TFLOP/s"),
+    "bandwidth_tbs": (1e-3, 1e4, "TB/s"),
+    "memory_gb": (1.0, 1e6, "GB"),
+}
 
 
 def custom_gpu(peak_tflops: float, bandwidth_tbs: float, memory_gb: float) -> GPU:
@@ -109,11 +114,9 @@ def custom_gpu(peak_tflops: float, bandwidth_tbs: float, memory_gb: float) -> GP
         ("bandwidth_tbs", bandwidth_tbs),
         ("memory_gb", memory_gb),
     ):
-        check_number(value, field=field, maximum=CUSTOM_GPU_LIMITS[field])
-    if bandwidth_tbs < MIN_BANDWIDTH_TBS:
-        raise SpecError(
-            f"must be at least {MIN_BANDWIDTH_TBS:g} TB/s, got {bandwidth_tbs:g}",
-            field="bandwidth_tbs",
+        low, high, unit = CUSTOM_GPU_LIMITS[field]
+        check_number(
+            value, field=field, minimum=low, inclusive_minimum=True, maximum=high, what=unit
         )
     return GPU("custom", peak_tflops * _TB, bandwidth_tbs * _TB, memory_gb * _GB)
 

@@ -43,7 +43,7 @@ def kv_capacity_blocks(
             f"{gpu.memory_bytes / 1e9:.0f} GB leaves no room for the KV cache beside "
             f"{model.weight_bytes / 1e9:.1f} GB of weights",
             field="gpu_memory_utilization",
-            hint="use a larger GPU, more --tensor-parallel, or a smaller --dtype",
+            hint="use a larger GPU, more --tensor-parallel-size, or a smaller --dtype",
         )
     return blocks
 

@@ -125,6 +125,10 @@ def _traffic_cases(cmd: str, head: tuple[str, ...], needs: frozenset[str]) -> li
         t("--rate", "inf", says="--rate"),
         t("--rate", "1e300", says="--rate"),
         t("--rate", "abc", says="--rate"),
+        # int() and float() read these; a user who typed them meant something else
+        t("--rate", "1_6", says="--rate: got '1_6': write a plain number"),
+        t("--rate", "\uff11\uff16", says="--rate: got"),  # full-width "16"
+        t("--requests", "2_0", says="--requests: got '2_0': write a plain whole number"),
         t("--requests", "0", says="--requests"),
         t("--requests", "-5", says="--requests"),
         t("--requests", "99999999999999", says="--requests"),
@@ -211,6 +215,7 @@ CASES: list[Case] = []
 
 # --- simulate --------------------------------------------------------------------------------
 SIM = ("simulate", "--requests", "20")
+CUSTOM_GPU = ("--peak-tflops", "1000", "--bandwidth-tbs", "3", "--memory-gb", "80")
 CASES += _traffic_cases("simulate", SIM, _TRACE)
 CASES += [
     _c("simulate", *SIM, "--budgets", "", says="--budgets"),
@@ -355,7 +360,12 @@ CASES += [
         "80",
         says="--bandwidth-tbs",
     ),
-    _c("roofline", "roofline", "--bandwidth-tbs", "inf", says="custom GPU"),
+    _c("roofline", "roofline", "--bandwidth-tbs", "3", says="custom GPU"),
+    # a custom GPU's figures too small to mean anything (1e-300 GB was taken, unused)
+    *(
+        _c("roofline", "roofline", *CUSTOM_GPU, flag, "1e-300", says=f"{flag}: must be at least")
+        for flag in ("--peak-tflops", "--bandwidth-tbs", "--memory-gb")
+    ),
     _c(
         "roofline",
         "roofline",
