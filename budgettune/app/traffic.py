@@ -25,7 +25,10 @@ from budgettune.trace.schema import LoadReport
 from budgettune.trace.synth import synthesize
 
 REPLAY_SEED_SALT = 7_919  # re-measures' arrival draws never repeat the first replay's
-MAX_SCALE = 1e6  # --time-scale and --burstiness: a factor, far past any use
+# --time-scale and --burstiness: a factor, far past any use either way (--time-scale 1e-300
+# stretched a trace's gaps past any run's length and printed p50s of 0.0 ms)
+MAX_SCALE = 1e6
+MIN_SCALE = 1 / MAX_SCALE
 
 
 @dataclass(slots=True, frozen=True)
@@ -93,8 +96,10 @@ def build_traffic(
             request.rate, field="rate", maximum=MAX_RATE_PER_S, minimum=MIN_RATE_PER_S
         )
     )
-    burstiness = parse_positive_float(request.burstiness, field="burstiness", maximum=MAX_SCALE)
-    time_scale = parse_positive_float(request.time_scale, field="time_scale", maximum=MAX_SCALE)
+    burstiness, time_scale = (
+        parse_positive_float(value, field=field, maximum=MAX_SCALE, minimum=MIN_SCALE)
+        for value, field in ((request.burstiness, "burstiness"), (request.time_scale, "time_scale"))
+    )
     if request.requests is not None:
         check_count(request.requests, field="requests", maximum=MAX_REQUESTS, what="requests")
     check_count(request.seed, field="seed", minimum=0, maximum=2**64 - 1)

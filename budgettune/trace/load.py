@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from budgettune.core.errors import SpecError, TraceError
+from budgettune.core.limits import MAX_TOKENS
 from budgettune.trace.blocks import spool
 from budgettune.trace.formats import detect_format, get_format
 from budgettune.trace.schema import IntArray, LoadReport, RawRows, Trace, plural
@@ -134,7 +135,8 @@ def _load(
 
 
 def _check_lengths(rows: RawRows, path: str) -> None:
-    """Lengths >= 1 (outputs of 0 were skipped before); shared prefix within the prompt."""
+    """Lengths in [1, MAX_TOKENS] (outputs of 0 were skipped before); shared prefix within the
+    prompt."""
     for values, field in ((rows.prompt, rows.prompt_field), (rows.output, rows.output_field)):
         bad = np.flatnonzero(values < 1)
         if len(bad):
@@ -142,6 +144,13 @@ def _check_lengths(rows: RawRows, path: str) -> None:
             what = "negative" if values[i] < 0 else "zero"
             raise rows.where(i, field).error(
                 f"token count must be at least 1, got {int(values[i])} ({what})", path
+            )
+        bad = np.flatnonzero(values > MAX_TOKENS)
+        if len(bad):
+            i = int(bad[0])
+            raise rows.where(i, field).error(
+                f"{int(values[i]):,} tokens is more than budgettune takes (at most {MAX_TOKENS:,})",
+                path,
             )
     if rows.prefix_group is not None and rows.prefix_tokens is not None:
         group, tokens = rows.prefix_group, rows.prefix_tokens

@@ -297,6 +297,8 @@ CASES += [
         says="--emission-log",
     ),
     _c("serve", *SV, "--budget", "0", says="--budget"),
+    # the model's own context (llama-3.1-8b: 131,072) is the most a server takes, as in vLLM
+    _c("serve", *SV, "--max-model-len", "16M", says="--max-model-len: 16,777,216 tokens is more"),
     _c("serve", *SV, "--budget", "abc", says="--budget"),
     _c("serve", *SV, "--budget", "99999999999", says="--budget"),
     _c("serve", *SV, "--max-num-seqs", "99999999999999999999", says="--max-num-seqs"),

@@ -74,7 +74,19 @@ def build(config: SimServerConfig) -> tuple[SimCore, SimApp, str]:
             long_prefill_token_threshold=config.long_prefill_token_threshold,
         )
     )
-    max_len = config.max_model_len or shape.max_position_embeddings or DEFAULT_MAX_MODEL_LEN
+    model_len = shape.max_position_embeddings
+    if (
+        config.max_model_len is not None
+        and model_len is not None
+        and config.max_model_len > model_len
+    ):
+        # vLLM refuses it too: positions past the model's were never trained
+        raise SpecError(
+            f"{config.max_model_len:,} tokens is more than {shape.name} takes (its "
+            f"max_position_embeddings, {model_len:,})",
+            field="max_model_len",
+        )
+    max_len = config.max_model_len or model_len or DEFAULT_MAX_MODEL_LEN
     if max_len < 2:
         raise SpecError(f"must be at least 2, got {max_len}", field="max_model_len")
     name = config.served_model_name or shape.name
