@@ -7,9 +7,10 @@ import shlex
 import shutil
 import subprocess
 
-from budgettune.app.requests import LaunchRequest, SweepRequest
+from budgettune.app.requests import DEFAULT_MODEL, LaunchRequest, SweepRequest
 from budgettune.core.auth import check_api_key
 from budgettune.core.errors import SpecError, shorten
+from budgettune.core.hardware import check_model_len, resolve_model
 from budgettune.core.limits import MAX_GPUS, MAX_SEQS, check_count, check_share, check_tokens
 from budgettune.core.units import parse_duration_s
 from budgettune.engines.base import LaunchSpec
@@ -73,6 +74,8 @@ def launch_spec(
     from budgettune.engines.registry import check_engine_args
 
     check_engine_args(engine, tuple(extra))
+    if engine == "sim" and command is None:  # the built-in engine: its model is known here
+        check_model_len(resolve_model(model or DEFAULT_MODEL), max_model_len_tokens)
     default_health_s = SIM_HEALTH_S if engine == "sim" else REAL_ENGINE_HEALTH_S
     health_s = (
         parse_duration_s(launch.health_timeout, field="health_timeout")

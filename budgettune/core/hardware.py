@@ -96,6 +96,18 @@ class HardwareFacts:
         return doc
 
 
+def check_model_len(shape: ModelShape, max_model_len: int | None) -> None:
+    """Refuse a ``max_model_len`` past the model's own context (its max_position_embeddings),
+    as vLLM does: positions past it were never trained."""
+    own = shape.max_position_embeddings
+    if max_model_len is not None and own is not None and max_model_len > own:
+        raise SpecError(
+            f"{max_model_len:,} tokens is more than {shape.name} takes (its "
+            f"max_position_embeddings, {own:,})",
+            field="max_model_len",
+        )
+
+
 # A custom GPU's figures: finite, at least the first (below it no figure the model gives means
 # anything: 1 GFLOP/s, 1 GB/s, and 1 GB, less than the weights of any model preset), and at most
 # the second (a thousand B200s' worth).

@@ -90,6 +90,16 @@ CASES += [
     _c("sweep", *SW_ANY, "--slo-ttft", "1e400s", "-o", "{d}/r", says="--slo-ttft"),
     _c("sweep", *SW_ANY, "--slo-ttft", "1", "-o", "{d}/r", says="--slo-ttft"),
     _c("sweep", *SW_ANY, "--percentile", "100", "-o", "{d}/r", says="--percentile"),
+    # refused before planning, not at each of ten launches (the engine refuses it too)
+    _c(
+        "sweep",
+        *SW_ANY,
+        "--max-model-len",
+        "200000",
+        "-o",
+        "{d}/r",
+        says="--max-model-len: 200,000",
+    ),
     _c("sweep", *SW_ANY, "--percentile", "nan", "-o", "{d}/r", says="--percentile"),
     _c("sweep", *SW_ANY, "--budgets", "", "-o", "{d}/r", says="--budgets"),
     _c("sweep", *SW_ANY, "--budgets", ",,", "-o", "{d}/r", says="--budgets"),
@@ -297,6 +307,7 @@ CASES += [
         says="--emission-log",
     ),
     _c("serve", *SV, "--budget", "0", says="--budget"),
+    _c("replay", *RP, "--max-model-len", "200000", "-o", "{d}/r", says="--max-model-len: 200,000"),
     # the model's own context (llama-3.1-8b: 131,072) is the most a server takes, as in vLLM
     _c("serve", *SV, "--max-model-len", "16M", says="--max-model-len: 16,777,216 tokens is more"),
     _c("serve", *SV, "--budget", "abc", says="--budget"),

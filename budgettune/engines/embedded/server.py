@@ -20,7 +20,7 @@ from typing import IO
 from budgettune import __version__
 from budgettune.core.errors import SpecError
 from budgettune.core.files import check_overwrite, storage_error
-from budgettune.core.hardware import dtype_bytes, resolve_gpu, resolve_model
+from budgettune.core.hardware import check_model_len, dtype_bytes, resolve_gpu, resolve_model
 from budgettune.engines.embedded.app import SimApp
 from budgettune.engines.embedded.config import SimServerConfig
 from budgettune.engines.embedded.core import SimCore
@@ -74,19 +74,8 @@ def build(config: SimServerConfig) -> tuple[SimCore, SimApp, str]:
             long_prefill_token_threshold=config.long_prefill_token_threshold,
         )
     )
-    model_len = shape.max_position_embeddings
-    if (
-        config.max_model_len is not None
-        and model_len is not None
-        and config.max_model_len > model_len
-    ):
-        # vLLM refuses it too: positions past the model's were never trained
-        raise SpecError(
-            f"{config.max_model_len:,} tokens is more than {shape.name} takes (its "
-            f"max_position_embeddings, {model_len:,})",
-            field="max_model_len",
-        )
-    max_len = config.max_model_len or model_len or DEFAULT_MAX_MODEL_LEN
+    check_model_len(shape, config.max_model_len)
+    max_len = config.max_model_len or shape.max_position_embeddings or DEFAULT_MAX_MODEL_LEN
     if max_len < 2:
         raise SpecError(f"must be at least 2, got {max_len}", field="max_model_len")
     name = config.served_model_name or shape.name
