@@ -98,3 +98,31 @@ def test_unwritable_location_is_a_user_error(tmp_path: Path) -> None:
     blocker.write_text("x")
     with pytest.raises(UserError, match=r"^output: cannot write"):
         save_results(_results(), blocker / "run")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("prompt_tokens", -5, "'points[0].records[0].prompt_tokens': expected at least 1, got -5"),
+        ("prompt_tokens", 1 << 25, "prompt_tokens': expected at most 16,777,216"),
+        ("output_tokens", 2.5, "output_tokens': expected a whole number"),
+        ("sent_s", -1.0, "'points[0].records[0].sent_s': expected at least 0.0, got -1.0"),
+        ("target_s", 1e999, "target_s': expected a finite number, got inf"),  # JSON's 1e999
+        ("token_times_s", [0.1, 1e999], "token_times_s[1]': expected a finite time of at least 0"),
+        ("token_times_s", [-0.5], "token_times_s[0]': expected a finite time of at least 0"),
+        ("token_times_s", ["soon"], "token_times_s': expected a list of numbers"),
+    ],
+)
+def test_load_refuses_records_no_run_could_write(
+    tmp_path: Path, field: str, value: object, says: str
+) -> None:
+    """A report is built from the records: one that no run measured fails in one line naming
+    the file and the field, before any figure is drawn."""
+    doc = _results().to_json()
+    doc["points"][0]["records"][0][field] = value  # type: ignore[index]
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(doc).replace("Infinity", "1e999"))
+    with pytest.raises(UserError) as caught:
+        load_results(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}: field ") and says in message, message

@@ -29,7 +29,12 @@ from budgettune.artifacts.recommendation import (
     write_outputs,
 )
 from budgettune.artifacts.results import save_results
-from budgettune.artifacts.runfolder import create_run_folder, resume_run_folder
+from budgettune.artifacts.runfolder import (
+    check_new_run_folder,
+    create_run_folder,
+    lock_run_folder,
+    resume_run_folder,
+)
 from budgettune.core.hardware import resolve_model
 from budgettune.core.metrics import MetricsSummary, summarize
 from budgettune.core.units import ms_or_none
@@ -95,6 +100,9 @@ class SweepResult:
 def open_run(run_dir: Path, settings: Mapping[str, object], *, resume: bool) -> list[Point]:
     """Start the run folder (its ``sweep.json``) or, resuming, check it asked the same question;
     returns the points it already holds. Raises UserError for a folder that cannot be used."""
+    if not resume:
+        check_new_run_folder(run_dir)  # refused before the lock file is made in it
+    lock_run_folder(run_dir)  # one process per run folder, before anything in it is read
     if resume:
         return resume_run_folder(run_dir, settings)
     create_run_folder(run_dir, settings)

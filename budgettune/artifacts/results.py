@@ -13,11 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from budgettune import __version__
 from budgettune.core import jsonio
 from budgettune.core.errors import UserError
 from budgettune.core.fields import Fields, check_schema, read_json_object
 from budgettune.core.files import atomic_writer, check_overwrite, json_document_ours, make_folder
+from budgettune.core.limits import MAX_TOKENS
 from budgettune.loadgen.runner import LiveRecord
 
 SCHEMA_VERSION = 1
@@ -78,6 +81,7 @@ class Results:
         for index, point in enumerate(points):
             if not isinstance(point, Mapping):
                 fields.fail(f"points[{index}]", "an object", point)
+            _check_records(Fields(point, source, f"points[{index}]."))
         command = data.get("command") or []
         if not isinstance(command, list):
             fields.fail("command", "a list", command)
@@ -97,6 +101,32 @@ class Results:
             budgettune_version=str(data.get("budgettune_version", "unknown")),
             created_utc=str(data.get("created_utc", "")),
         )
+
+
+def _check_records(point: Fields) -> None:
+    """Each per-request record as budgettune writes one: token counts in [1, MAX_TOKENS] (an
+    output of 0 tokens too), and times finite and not before the run's start (0 s). A report
+    built from anything else would draw numbers no run measured (1e999 reads as Infinity)."""
+    if not point.has("records"):
+        return
+    for index, item in enumerate(point.items("records")):
+        name = f"records[{index}]"
+        if not isinstance(item, Mapping):
+            point.fail(name, "an object", item)
+        record = Fields(item, point.where, f"{point.prefix}{name}.")
+        record.integer("prompt_tokens", minimum=1, maximum=MAX_TOKENS)
+        record.integer("output_tokens", minimum=0, maximum=MAX_TOKENS)
+        record.number("target_s", minimum=0.0)
+        record.number("sent_s", minimum=0.0)
+        times = record.items("token_times_s") if record.has("token_times_s") else []
+        try:
+            values = np.asarray(times, dtype=np.float64)
+        except (TypeError, ValueError):
+            record.fail("token_times_s", "a list of numbers", times)
+        bad = np.flatnonzero(~np.isfinite(values) | (values < 0))
+        if values.ndim != 1 or len(bad):
+            at = int(bad[0]) if values.ndim == 1 else 0
+            record.fail(f"token_times_s[{at}]", "a finite time of at least 0 s", times[at])
 
 
 def _copy(fields: Fields, name: str) -> dict[str, Any] | None:

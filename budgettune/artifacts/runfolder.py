@@ -8,7 +8,9 @@ loses at most the point in progress, and a resumed sweep re-runs nothing that fi
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,41 @@ POINTS_BYTES = 64 << 20  # points.jsonl: a few kB a budget
 SCHEMA_VERSION = 1
 # Settings that must match for a resumed sweep to answer the same question.
 RESUME_KEYS = ("slo_tbt_s", "slo_ttft_s", "percentile", "engine", "traffic", "model", "gpu")
+
+
+LOCK_FILE = ".sweep.lock"  # held (flock) by the one process running a sweep in the folder
+_HELD: dict[Path, int] = {}  # run folder -> the open lock file's descriptor, for the process
+
+
+def lock_run_folder(run_dir: Path) -> None:
+    """Make this process the one running a sweep in ``run_dir``: an exclusive lock on its lock
+    file, held until the process ends (the system drops it then, even on SIGKILL). Raises
+    UserError naming the other process's pid when one holds it: two sweeps in one folder would
+    both measure every budget and interleave their points and files. A path that is a file is
+    left to the folder checks."""
+    if run_dir.exists() and not run_dir.is_dir():
+        return
+    key = run_dir.resolve()
+    if key in _HELD:
+        return
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as error:
+        raise storage_error(error, run_dir, field="output") from None
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.read(descriptor, 32).decode(errors="replace").strip() or "unknown"
+        os.close(descriptor)
+        raise UserError(
+            f"another budgettune (pid {holder}) is running a sweep in {run_dir}",
+            field="output",
+            hint="wait for it to finish (or stop it), then --resume; or choose another folder",
+        ) from None
+    os.ftruncate(descriptor, 0)
+    os.write(descriptor, f"{os.getpid()}\n".encode())
+    _HELD[key] = descriptor
 
 
 def holds_sweep(run_dir: Path) -> bool:
@@ -55,6 +92,21 @@ def create_run_folder(run_dir: Path, settings: Mapping[str, object]) -> None:
     refuse a folder that already holds a sweep, a file, or a folder holding anything a sweep
     writes (results.json, report.html, budget-N/, ...): nothing budgettune did not write is
     overwritten, while a script or notes beside the sweep may stay."""
+    check_new_run_folder(run_dir)
+    document = {**settings, "schema_version": SCHEMA_VERSION, "budgettune_version": __version__}
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise storage_error(error, run_dir, field="output") from None
+    write_atomic(
+        run_dir / SETTINGS_FILE, json.dumps(document, indent=2, default=str) + "\n",
+        field="output",
+    )  # fmt: skip
+    make_reserve(run_dir / RESERVE_FILE)
+
+
+def check_new_run_folder(run_dir: Path) -> None:
+    """Refuse, as :func:`create_run_folder` does, a folder a new sweep may not start in."""
     if holds_sweep(run_dir):
         raise UserError(
             f"{run_dir} already holds a sweep",
@@ -75,16 +127,6 @@ def create_run_folder(run_dir: Path, settings: Mapping[str, object]) -> None:
             field="output",
             hint="choose a new or empty folder with -o",
         )
-    document = {**settings, "schema_version": SCHEMA_VERSION, "budgettune_version": __version__}
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise storage_error(error, run_dir, field="output") from None
-    write_atomic(
-        run_dir / SETTINGS_FILE, json.dumps(document, indent=2, default=str) + "\n",
-        field="output",
-    )  # fmt: skip
-    make_reserve(run_dir / RESERVE_FILE)
 
 
 def read_settings(run_dir: Path) -> Mapping[str, Any]:

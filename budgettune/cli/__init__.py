@@ -332,9 +332,20 @@ def _terminate_like_ctrl_c(signum: int, frame: object) -> None:
     os.kill(os.getpid(), signal.SIGINT)
 
 
+def _replace_what_the_terminal_cannot_show() -> None:
+    """On a stream that cannot encode every character (PYTHONIOENCODING=ascii, a latin-1
+    terminal) a table's rules and histogram bars would raise UnicodeEncodeError half-way through
+    the output: such characters are written as '?' instead."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+        if encoding not in ("utf8", "utf16", "utf32") and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")
+
+
 def main() -> None:
     """Console entry point (``budgettune``)."""
     signal.signal(signal.SIGTERM, _terminate_like_ctrl_c)
+    _replace_what_the_terminal_cannot_show()
     try:
         app()
     except BudgettuneError as error:  # raised outside a command (e.g. while parsing)

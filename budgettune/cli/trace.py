@@ -177,6 +177,10 @@ _EIGHTHS = " ▏▎▍▌▋▊▉"
 
 
 def _bar(fraction: float) -> str:
+    """A bar in eighths of a character; in '#' where the output cannot show block characters
+    (an ASCII or latin-1 terminal, PYTHONIOENCODING=ascii)."""
+    if console.encoding.lower().replace("-", "") not in ("utf8", "utf16", "utf32"):
+        return "#" * round(fraction * _BAR_WIDTH)
     eighths = round(fraction * _BAR_WIDTH * 8)
     return "█" * (eighths // 8) + (_EIGHTHS[eighths % 8] if eighths % 8 else "")
 

@@ -15,6 +15,7 @@ import math
 from pathlib import Path
 
 from budgettune.core.errors import SpecError
+from budgettune.core.limits import MAX_SEQS, MAX_TOKENS
 from budgettune.model.profile import Probe
 
 COLUMNS = ("prefill_tokens", "decode_batch", "context_tokens", "ms")
@@ -74,6 +75,20 @@ def read_iteration_csv(path: Path, *, field: str = "from_csv") -> tuple[Probe, .
         times.setdefault((prompt, batch, context), []).append(ms / 1e3)
     if not times:
         raise SpecError(f"{path}: no rows after the header", field=field)
+    # A fit needs shapes to compare: one shape repeated fits nothing ("nan us/token"), and one
+    # prefill size gives the prefill line no slope.
+    if len(times) < 2:
+        raise SpecError(
+            f"{path}: every row times one iteration shape; a step-time model needs at least two",
+            field=field,
+        )
+    prefill_sizes = {p for p, b, _ in times if b == 0}
+    if len(prefill_sizes) == 1:
+        raise SpecError(
+            f"{path}: the prefill rows (decode_batch 0) time one size only ({min(prefill_sizes)} "
+            "tokens); the prefill line and its ridge need at least two sizes",
+            field=field,
+        )
     return tuple(
         Probe(_series(p, b), p, b, c, tuple(values)) for (p, b, c), values in times.items()
     )
@@ -94,6 +109,13 @@ def _count(text: str, column: str, path: Path, line: int, field: str) -> int:
         ) from None
     if value < 0:
         raise SpecError(f"{path}:{line}: {column} must be 0 or more, got {value}", field=field)
+    maximum = MAX_SEQS if column == "decode_batch" else MAX_TOKENS
+    if value > maximum:
+        raise SpecError(
+            f"{path}:{line}: {column} {value:,} is more than budgettune takes (at most "
+            f"{maximum:,})",
+            field=field,
+        )
     return value
 
 

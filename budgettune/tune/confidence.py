@@ -9,6 +9,7 @@ TBT failure alone rules out every larger budget). An SLO an early stop cut short
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -60,9 +61,10 @@ def judge_replays(replays: Sequence[ReplayMeasure], slo: SLO) -> BudgetVerdict:
     complete = all(r.complete for r in replays)
     tbt_certain = any(r.tbt_certain_fail for r in replays)
     ttft_certain = any(r.ttft_certain_fail for r in replays)
-    # No gap at all (every output one token long): no TBT to violate.
-    tbt_met = tbt.samples == 0 or tbt.estimate_s <= slo.tbt_s
-    ttft_met = ttft.estimate_s <= slo.ttft_s
+    # The SLO rule is core/slo's; no gap at all (every output one token long) reads as nan TBT
+    # there, which has no TBT to violate.
+    met = slo.judge_at(math.nan if tbt.samples == 0 else tbt.estimate_s, ttft.estimate_s)
+    tbt_met, ttft_met = met.tbt_ok, met.ttft_ok
     tbt_ok = not tbt_certain and (tbt_met or not complete)
     ttft_ok = not ttft_certain and (ttft_met or not complete)
     judged = [

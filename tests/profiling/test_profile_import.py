@@ -80,6 +80,23 @@ def _bad(tmp_path: Path, text: str) -> Path:
             "times.csv:2: 8 decodes need their context_tokens",
         ),
         ("prefill_tokens,decode_batch,context_tokens,ms\n", "times.csv: no rows after the header"),
+        # each refused before a fit: a profile of nan, or a fit of a 10^12-token row, was written
+        (
+            "prefill_tokens,decode_batch,context_tokens,ms\n512,0,0,5\n512,0,0,5\n512,0,0,5\n",
+            "times.csv: every row times one iteration shape; a step-time model needs at least two",
+        ),
+        (
+            "prefill_tokens,decode_batch,context_tokens,ms\n512,0,0,5\n0,8,512,3\n",
+            "the prefill rows (decode_batch 0) time one size only (512 tokens)",
+        ),
+        (
+            "prefill_tokens,decode_batch,context_tokens,ms\n64,0,0,1\n1000000000000,0,0,9\n",
+            "times.csv:3: prefill_tokens 1,000,000,000,000 is more than budgettune takes",
+        ),
+        (
+            "prefill_tokens,decode_batch,context_tokens,ms\n0,2000000,64,9\n",
+            "times.csv:2: decode_batch 2,000,000 is more than budgettune takes (at most 1,048,576)",
+        ),
     ],
 )
 def test_bad_rows_are_one_line_naming_file_and_line(
@@ -100,13 +117,14 @@ def test_repeated_rows_are_repeats_and_series_follow_the_shape(tmp_path: Path) -
     path = _bad(
         tmp_path,
         "ms,prefill_tokens,decode_batch,context_tokens,gpu\n"
-        "1.0,64,0,0,x\n1.2,64,0,0,x\n3.0,0,16,512,x\n4.0,256,16,512,x\n",
+        "1.0,64,0,0,x\n1.2,64,0,0,x\n3.0,0,16,512,x\n4.0,256,16,512,x\n2.0,128,0,0,x\n",
     )
     probes = read_iteration_csv(path)
     assert [(p.series, p.prompt_tokens, p.batch, p.context_tokens) for p in probes] == [
         ("prefill", 64, 0, 0),
         ("decode", 0, 16, 512),
         ("mixed", 256, 16, 512),
+        ("prefill", 128, 0, 0),
     ]
     assert probes[0].times_s == (1.0e-3, 1.2e-3)
 

@@ -133,3 +133,19 @@ def test_installed_command_reads_gzip_with_a_format_override(tmp_path: Path) -> 
         assert document["requests"] == 2 and document["span_s"] == 113.0
         # the failed BurstGPT row is skipped and counted on stderr
         assert "skipped 1 row with zero response tokens" in done.stderr
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_inspect_on_a_terminal_without_block_characters(
+    azure_slice: Path, budgettune_cmd: list[str], encoding: str
+) -> None:
+    """PYTHONIOENCODING=ascii (or a latin-1 terminal): the whole table and histograms, bars in
+    '#', no UnicodeEncodeError half-way through."""
+    done = subprocess.run(
+        [*budgettune_cmd, "trace", "inspect", str(azure_slice)],
+        capture_output=True, env={**os.environ, "PYTHONIOENCODING": encoding}, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
+    text = done.stdout.decode(encoding)
+    assert "Traceback" not in done.stderr.decode(errors="replace")
+    assert "output tokens" in text and "#" * 10 in text and "█" not in text

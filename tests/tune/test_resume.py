@@ -138,3 +138,51 @@ def test_a_new_sweep_keeps_other_files_but_refuses_to_overwrite_a_sweeps(tmp_pat
         with pytest.raises(UserError, match=f"holds {name} and no sweep; a sweep would overwrite"):
             create_run_folder(folder, {"slo_tbt_s": 0.05})
         assert (folder / name).read_text() == "kept" and not (folder / "sweep.json").exists()
+
+
+HOLD_THE_FOLDER = """
+import sys, time
+from pathlib import Path
+from budgettune.artifacts.runfolder import lock_run_folder
+lock_run_folder(Path(sys.argv[1]))
+print("holding", flush=True)
+time.sleep(120)
+"""
+
+
+def test_one_process_per_run_folder(tmp_path: Path, budgettune_cmd: list[str]) -> None:
+    """A second sweep in a folder another budgettune is sweeping (a new one, or --resume) is
+    refused naming the first one's pid: both would measure every budget and interleave their
+    points. The lock goes with the process that held it."""
+    import subprocess
+    import sys
+
+    from budgettune.artifacts.runfolder import lock_run_folder
+
+    run_dir = tmp_path / "run"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_THE_FOLDER, str(run_dir)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+        with pytest.raises(UserError) as caught:
+            lock_run_folder(run_dir)
+        assert caught.value.field == "output"
+        assert f"another budgettune (pid {holder.pid}) is running a sweep in {run_dir}" in str(
+            caught.value
+        )
+        second = subprocess.run(
+            [*budgettune_cmd, "sweep", "--engine", "sim", "--slo-tbt", "50ms", "--requests", "8",
+             "--budgets", "512", "-o", str(run_dir)],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert second.returncode == 2, second.stderr
+        assert second.stderr.splitlines()[0] == (
+            f"error: -o: another budgettune (pid {holder.pid}) is running a sweep in {run_dir}"
+        ), second.stderr
+        assert not (run_dir / "sweep.json").exists()  # nothing of the second sweep was written
+    finally:
+        holder.kill()
+        holder.wait(10)
+        holder.stdout.close()
+    lock_run_folder(run_dir)  # the holder is gone: its lock with it
