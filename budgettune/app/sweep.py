@@ -102,7 +102,9 @@ def open_run(run_dir: Path, settings: Mapping[str, object], *, resume: bool) -> 
     returns the points it already holds. Raises UserError for a folder that cannot be used."""
     if not resume:
         check_new_run_folder(run_dir)  # refused before the lock file is made in it
-    lock_run_folder(run_dir)  # one process per run folder, before anything in it is read
+    # One process per run folder, before anything in it is read. create_run_folder checks the
+    # folder again under the lock: a sweep that ended between the check and the lock left one.
+    lock_run_folder(run_dir)
     if resume:
         return resume_run_folder(run_dir, settings)
     create_run_folder(run_dir, settings)

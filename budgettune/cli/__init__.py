@@ -242,10 +242,10 @@ def _check_plain_numbers(ctx: Any, params: Sequence[Any], args: Sequence[str]) -
     for index, word in enumerate(args):
         if word == "--":
             break
-        opt, _, value = word.partition("=")
+        opt, equals, value = word.partition("=")
         if opt not in numeric:
             continue
-        if not _:  # "--rate 16": the value is the next word
+        if not equals:  # "--rate 16": the value is the next word
             if index + 1 >= len(args):
                 continue  # the parser says the value is missing
             value = args[index + 1]
@@ -332,13 +332,17 @@ def _terminate_like_ctrl_c(signum: int, frame: object) -> None:
     os.kill(os.getpid(), signal.SIGINT)
 
 
+def shows_unicode(encoding: str | None) -> bool:
+    """Whether an output stream of this encoding can show every character (a UTF encoding)."""
+    return (encoding or "").lower().replace("-", "") in ("utf8", "utf16", "utf32")
+
+
 def _replace_what_the_terminal_cannot_show() -> None:
     """On a stream that cannot encode every character (PYTHONIOENCODING=ascii, a latin-1
     terminal) a table's rules and histogram bars would raise UnicodeEncodeError half-way through
     the output: such characters are written as '?' instead."""
     for stream in (sys.stdout, sys.stderr):
-        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
-        if encoding not in ("utf8", "utf16", "utf32") and hasattr(stream, "reconfigure"):
+        if not shows_unicode(getattr(stream, "encoding", None)) and hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="replace")
 
 

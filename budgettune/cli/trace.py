@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from budgettune.app.requests import DEFAULT_OUTPUT_DIST, DEFAULT_PROMPT_DIST
-from budgettune.cli import Command, Group, app
+from budgettune.cli import Command, Group, app, shows_unicode
 from budgettune.cli import _trace_options as to
 from budgettune.cli._common import console, console_err, print_json, print_warning
 
@@ -179,7 +179,7 @@ _EIGHTHS = " ▏▎▍▌▋▊▉"
 def _bar(fraction: float) -> str:
     """A bar in eighths of a character; in '#' where the output cannot show block characters
     (an ASCII or latin-1 terminal, PYTHONIOENCODING=ascii)."""
-    if console.encoding.lower().replace("-", "") not in ("utf8", "utf16", "utf32"):
+    if not shows_unicode(console.encoding):
         return "#" * round(fraction * _BAR_WIDTH)
     eighths = round(fraction * _BAR_WIDTH * 8)
     return "█" * (eighths // 8) + (_EIGHTHS[eighths % 8] if eighths % 8 else "")

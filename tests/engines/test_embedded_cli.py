@@ -78,22 +78,35 @@ def test_api_key_flag_then_vllm_api_key(monkeypatch: pytest.MonkeyPatch) -> None
     assert "flag" not in repr(config_from_args(["--api-key", "flag"]))
 
 
-def test_serve_on_port_0_prints_the_port_it_got(budgettune_cmd: list[str], tmp_path: Path) -> None:
-    # Before: "serving on http://127.0.0.1:0/v1", an address no client can use.
-    log = tmp_path / "serve.log"
+def _serve_on_port_0(
+    budgettune_cmd: list[str], log: Path
+) -> tuple[subprocess.Popen[bytes], re.Match[str]]:
+    """`budgettune serve --port 0` in a process group of its own, its output in ``log``; returns
+    once it prints where it serves (the match: URL, port)."""
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [*budgettune_cmd, "serve", "--port", "0"],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
+    deadline = time.monotonic() + 60
     try:
-        deadline = time.monotonic() + 60
         while (
             found := re.search(r"serving on (http://127\.0\.0\.1:(\d+))/v1", log.read_text())
         ) is None:
             assert proc.poll() is None, log.read_text()
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.05)
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        raise
+    return proc, found
+
+
+def test_serve_on_port_0_prints_the_port_it_got(budgettune_cmd: list[str], tmp_path: Path) -> None:
+    # Before: "serving on http://127.0.0.1:0/v1", an address no client can use.
+    proc, found = _serve_on_port_0(budgettune_cmd, tmp_path / "serve.log")
+    try:
         assert int(found.group(2)) > 0
         assert httpx.get(f"{found.group(1)}/health", timeout=10).status_code == 200
     finally:
@@ -110,20 +123,9 @@ def test_stopping_with_a_connection_open_logs_no_traceback(
     with its summary line, not a CancelledError traceback (Python 3.11's start_server logs a
     connection task that ends cancelled as an error)."""
     log = tmp_path / "serve.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [*budgettune_cmd, "serve", "--port", "0"],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+    proc, found = _serve_on_port_0(budgettune_cmd, log)
     try:
-        deadline = time.monotonic() + 60
-        while (
-            found := re.search(r"serving on http://127\.0\.0\.1:(\d+)/v1", log.read_text())
-        ) is None:
-            assert proc.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.05)
-        with socket.create_connection(("127.0.0.1", int(found.group(1))), timeout=10) as idle:
+        with socket.create_connection(("127.0.0.1", int(found.group(2))), timeout=10) as idle:
             idle.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
             assert idle.recv(4096).startswith(b"HTTP/1.1 200")
             # the connection stays open (keep-alive) while the server is stopped
