@@ -9,15 +9,17 @@ of its own at the end. A point whose worker was lost (Ray) is re-queued once.
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
+from pathlib import Path
 
 from budgettune.app.executors import Executor, RoundEvents
 from budgettune.app.slot_job import SlotJob
 from budgettune.app.slots import Slot
 from budgettune.app.traffic import Traffic
 from budgettune.artifacts.runfolder import append_point
+from budgettune.core.errors import UserError
 from budgettune.tune.candidates import Candidates
 from budgettune.tune.point import Point, Predicted, Role, Status
 from budgettune.tune.predict import Prediction
@@ -33,6 +35,32 @@ class RoundsOutcome:
 
     launches: int = 0
     rounds: int = 0
+
+
+def served_model(point: Point) -> str | None:
+    """The model the engine said it served for a measured point (None: not measured)."""
+    if not point.is_measured or point.engine is None:
+        return None
+    model = point.engine.get("model")
+    return str(model) if model else None
+
+
+def check_same_model(point: Point, earlier: Iterable[Point], run_dir: Path) -> None:
+    """Refuse (UserError, before the point is saved) a point served by another model than the
+    points already in the run folder: one answer cannot rest on two models, and a resumed sweep
+    against a server restarted with another model would otherwise merge them without a word."""
+    model = served_model(point)
+    if model is None:
+        return
+    for other in earlier:
+        theirs = served_model(other)
+        if theirs is not None and theirs != model:
+            raise UserError(
+                f"budget {point.budget} was served by model {model!r}, but budget "
+                f"{other.budget} in {run_dir} was measured on {theirs!r}; its point was not "
+                "saved",
+                hint=f"serve {theirs!r} again and --resume {run_dir}, or start a new sweep with -o",
+            )
 
 
 async def verify_in_rounds(
@@ -80,6 +108,7 @@ async def verify_in_rounds(
         ]
 
         def finished(point: Point) -> None:
+            check_same_model(point, done.values(), config.run_dir)
             append_point(config.run_dir, point)
             done[point.budget] = point
             if on_point is not None:

@@ -57,9 +57,33 @@ class Spooled:
             self.copy.unlink(missing_ok=True)
 
 
+def _stream_kind(mode: int) -> str:
+    """What a trace that is not a regular file is, in words (the messages name it)."""
+    if stat.S_ISFIFO(mode):
+        return "a pipe"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a stream"
+
+
+def _check_text(head: bytes, name: str) -> None:
+    """Refuse a stream whose first bytes hold a NUL and no compression magic: no trace format is
+    binary, and a device such as /dev/zero would otherwise be copied up to MAX_STREAM_BYTES
+    before anything could say so."""
+    if b"\0" in head and not head.startswith((_GZIP_MAGIC, _ZSTD_MAGIC)):
+        raise TraceError(
+            "holds binary data (NUL bytes), not a trace; a trace is text (JSON lines or CSV), "
+            "or gzip or zstd of it",
+            path=name,
+        )
+
+
 def spool(path: str | Path) -> Spooled:
     """``path`` ready to be opened more than once: a regular file as it is; a pipe, a FIFO or
-    a device read once, up to MAX_STREAM_BYTES, into a temporary file. Raises TraceError."""
+    a device read once, up to MAX_STREAM_BYTES, into a temporary file. Raises TraceError (also
+    for a stream that starts with binary data)."""
     name = str(path)
     try:
         mode = os.stat(name).st_mode
@@ -75,11 +99,13 @@ def spool(path: str | Path) -> Spooled:
         with os.fdopen(fd, "wb") as out, open(name, "rb") as stream:
             total = 0
             while block := stream.read(BLOCK_BYTES):
+                if total == 0:
+                    _check_text(block, name)
                 total += len(block)
                 if total > MAX_STREAM_BYTES:
                     raise TraceError(
-                        f"more than {MAX_STREAM_BYTES >> 20:,} MiB from a pipe; save it to a "
-                        "file first",
+                        f"more than {MAX_STREAM_BYTES >> 20:,} MiB from {_stream_kind(mode)}; "
+                        "save it to a file first",
                         path=name,
                     )
                 out.write(block)
@@ -133,6 +159,28 @@ def read_head(path: str | Path, size: int = 64 << 10) -> bytes:
         except (OSError, EOFError) as error:
             raise TraceError(f"cannot read: {error}", path=str(path)) from None
     return head.removeprefix(_BOM)
+
+
+def read_first_line(path: str | Path, skip_bytes: int = 0) -> bytes:
+    """The line starting ``skip_bytes`` into the decompressed text (BOM removed), read whole up
+    to MAX_LINE_BYTES: format detection's head may end inside a long first line. Raises
+    TraceError for a longer one, as the line readers do."""
+    with open_trace_file(path) as stream:
+        try:
+            data = stream.read(len(_BOM) + skip_bytes + MAX_LINE_BYTES + 1)
+        except (OSError, EOFError) as error:
+            raise TraceError(f"cannot read: {error}", path=str(path)) from None
+    data = data.removeprefix(_BOM)
+    line_number = data.count(b"\n", 0, skip_bytes) + 1
+    data = data[skip_bytes:]
+    cut = data.find(b"\n")
+    if cut < 0 and len(data) > MAX_LINE_BYTES:
+        raise TraceError(
+            f"a line longer than {MAX_LINE_BYTES >> 20} MiB; is it a trace?",
+            path=str(path),
+            line=line_number,
+        )
+    return data if cut < 0 else data[:cut]
 
 
 @dataclass(slots=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from budgettune.core.errors import SpecError, TraceError, shorten
 from budgettune.trace import csvformats, jsonformats
-from budgettune.trace.blocks import read_csv_header, read_head
+from budgettune.trace.blocks import read_csv_header, read_first_line, read_head
 from budgettune.trace.schema import RawRows
 
 Reader = Callable[[str, str | None], RawRows]
@@ -90,41 +90,59 @@ def get_format(name: str) -> TraceFormat:
     return FORMATS[key]
 
 
+HEAD_BYTES = 64 << 10  # what format detection reads first
+
+
+def _json_or_none(text: bytes) -> object:
+    """``text`` as JSON, or None (a document spread over lines, or no JSON at all)."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _json_format(obj: object, path: str, known: str) -> str:
+    """The format a trace's first JSON value names, or TraceError listing the known ones."""
+    if isinstance(obj, dict) and "input_lens" in obj:
+        return "vllm-bench"
+    if isinstance(obj, dict):
+        # one telling key is enough: the reader then names any missing one with its line
+        if obj.keys() & {"hash_ids", "input_length", "output_length"}:
+            return "mooncake"
+        if obj.keys() & {"prompt_tokens", "output_tokens"}:
+            return "budgettune"
+    keys = shorten(", ".join(obj)) if isinstance(obj, dict) else type(obj).__name__
+    raise TraceError(
+        f"cannot tell the format from a JSON line with keys {keys}; known formats: {known}",
+        path=path,
+        line=1,
+    )
+
+
 def detect_format(path: str) -> str:
     """The format of ``path`` judged from its first line (header or first JSON object). A first
     line with only some of a format's telling names picks that format, whose reader then names
     what is missing. Raises TraceError (listing the known formats) when nothing fits."""
-    head = read_head(path)
+    head = read_head(path, HEAD_BYTES)
     first = next((line.strip() for line in head.split(b"\n") if line.strip()), b"")
     known = ", ".join(FORMATS)
     if not first:
         raise TraceError("empty file", path=path)
     if first[:1] in (b"{", b"["):
-        try:
-            obj = json.loads(first)
-        except (ValueError, RecursionError):
-            obj = None  # a pretty-printed document spans lines (or it is no JSON at all)
-        if obj is None:
+        obj = _json_or_none(first)
+        if obj is None and b'"input_lens"' in head:
             # a JSON document over several lines (or longer than the head): vllm bench results
-            if b'"input_lens"' in head:
-                return "vllm-bench"
+            return "vllm-bench"
+        at = head.find(first)
+        if obj is None and b"\n" not in head[at:] and len(head) >= HEAD_BYTES - 3:  # less a BOM
+            # the head ended inside the first line: judge the whole line, or refuse it as too
+            # long as the line readers do (a 200 MB line is no trace of any format)
+            obj = _json_or_none(read_first_line(path, at).strip())
+        if obj is None:
             raise TraceError(
                 f"JSON that is not a known trace format; known formats: {known}", path=path
             )
-        if isinstance(obj, dict) and "input_lens" in obj:
-            return "vllm-bench"
-        if isinstance(obj, dict):
-            # one telling key is enough: the reader then names any missing one with its line
-            if obj.keys() & {"hash_ids", "input_length", "output_length"}:
-                return "mooncake"
-            if obj.keys() & {"prompt_tokens", "output_tokens"}:
-                return "budgettune"
-        keys = shorten(", ".join(obj)) if isinstance(obj, dict) else type(obj).__name__
-        raise TraceError(
-            f"cannot tell the format from a JSON line with keys {keys}; known formats: {known}",
-            path=path,
-            line=1,
-        )
+        return _json_format(obj, path, known)
     header = read_csv_header(head, path)
     names = {name.lower() for name in header.names}
     for name, columns in _CSV_SIGNATURES:

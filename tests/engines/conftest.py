@@ -19,8 +19,9 @@ from budgettune.engines.process import free_port, group_members
 
 @contextmanager
 def running_sim(args: list[str], log: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """Start ``python -m budgettune.engines.embedded`` with ``args``; yield (url, process)."""
-    port = free_port()
+    """Start ``python -m budgettune.engines.embedded`` with ``args``; yield (url, process). On
+    a free port unless ``args`` names one with ``--port``."""
+    port = int(args[args.index("--port") + 1]) if "--port" in args else free_port()
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [

@@ -68,3 +68,33 @@ def test_sweep_on_the_builtin_engine_keeps_max_num_seqs_and_names_its_calibratio
     page = (run / "report.html").read_text()
     assert "(calibration measured)" in page
     assert "(calibration seed)" not in page
+
+
+def test_resume_against_a_server_of_another_model_saves_nothing_of_it(
+    sim_factory: SimStart, budgettune_cmd: list[str], tmp_path: Path
+) -> None:
+    """An external server restarted with another model: the resumed sweep's point is refused,
+    not merged with the first model's (it was, without a word)."""
+    run = tmp_path / "run"
+    with sim_factory(["--model", "llama-3.1-8b", "--max-num-batched-tokens", "512"]) as (url, _):
+        first = subprocess.run(
+            [*budgettune_cmd, "sweep", "--engine", "external", "--url", url, *SMALL_SWEEP,
+             "-o", str(run)],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    assert first.returncode == 0, first.stderr[-3000:]
+    # the same URL: --resume keeps it
+    port = url.rsplit(":", 1)[1]
+    again = ["--model", "qwen2.5-7b", "--max-num-batched-tokens", "1024", "--port", port]
+    with sim_factory(again):
+        resumed = subprocess.run(
+            [*budgettune_cmd, "sweep", "--resume", str(run)],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    assert resumed.returncode == 2, resumed.stdout[-2000:] + resumed.stderr[-3000:]
+    said = " ".join(resumed.stderr.split())
+    assert "budget 1024 was served by model 'qwen2.5-7b', but budget 512" in said, said
+    assert "measured on 'llama-3.1-8b'; its point was not saved" in said, said
+    assert "Traceback" not in resumed.stderr
+    lines = (run / "points.jsonl").read_text().splitlines()
+    assert [json.loads(line)["budget"] for line in lines] == [512]

@@ -295,6 +295,25 @@ CASES += [
         kind=Kind.PROCESS,
         says="fifo.jsonl",
     ),
+    # a device is no pipe, and endless zeros are refused at once, not copied to 1 GiB first
+    _c("trace inspect", *INS, "/dev/zero", says="/dev/zero: holds binary data (NUL bytes)"),
+    _c("trace inspect", *INS, "/dev/zero", "--format", "budgettune", says="binary data"),
+    # one JSON line longer than format detection's 64 KiB head: judged whole, or refused as
+    # the line readers refuse it ("JSON that is not a known trace format" was said of both)
+    _c(
+        "trace inspect",
+        *INS,
+        "{d}/long.json",
+        files=(("long.json", b'{"note": "' + b"x" * (5 << 20) + b'"}'),),
+        says="long.json:1: a line longer than 4 MiB",
+    ),
+    _c(
+        "trace inspect",
+        *INS,
+        "{d}/wide.json",
+        files=(("wide.json", b'{"note": "' + b"x" * (100 << 10) + b'", "id": 1}\n'),),
+        says="cannot tell the format from a JSON line with keys note, id",
+    ),
 ]
 
 # --- report ----------------------------------------------------------------------------------

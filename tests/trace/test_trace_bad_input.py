@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ from typer.testing import CliRunner
 
 from budgettune.cli import app
 from budgettune.core.errors import SpecError, TraceError
+from budgettune.trace import blocks
 from budgettune.trace.load import clip_to_context, load_trace
 
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
@@ -282,3 +284,27 @@ def test_installed_command_with_missing_column(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert f"{path}:1: field 'out': missing column; the header has: ts, in" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_stream_over_the_spool_limit_is_named_for_what_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A FIFO is 'a pipe' in the message; a device is not (/dev/zero was called a pipe)."""
+    monkeypatch.setattr(blocks, "MAX_STREAM_BYTES", 1000)
+    fifo = tmp_path / "trace.jsonl"
+    os.mkfifo(fifo)
+    line = b'{"arrival_s": 0, "prompt_tokens": 10, "output_tokens": 5}\n'
+
+    def write_then_close() -> None:
+        with open(fifo, "wb") as out:
+            out.write(line * 100)
+
+    writer = threading.Thread(target=write_then_close)
+    writer.start()
+    try:
+        with pytest.raises(TraceError, match="MiB from a pipe; save it to a file first"):
+            blocks.spool(fifo)
+    finally:
+        writer.join(10)
+    with pytest.raises(TraceError, match="/dev/zero: holds binary data"):
+        blocks.spool("/dev/zero")
