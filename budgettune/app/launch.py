@@ -7,11 +7,12 @@ import shlex
 import shutil
 import subprocess
 
+from budgettune.app.baseline import Baseline
 from budgettune.app.requests import DEFAULT_MODEL, LaunchRequest, SweepRequest
 from budgettune.core.auth import check_api_key
 from budgettune.core.errors import SpecError, shorten
 from budgettune.core.hardware import check_model_len, resolve_model
-from budgettune.core.limits import MAX_GPUS, MAX_SEQS, check_count, check_share, check_tokens
+from budgettune.core.limits import MAX_GPUS, MAX_SEQS, check_count, check_share
 from budgettune.core.units import parse_duration_s
 from budgettune.engines.base import LaunchSpec
 
@@ -137,10 +138,12 @@ def _gpu_visible() -> bool:
     return listed.returncode == 0 and "GPU" in listed.stdout
 
 
-def external_budget(request: SweepRequest, url: str, api_key: str | None) -> int:
+def external_budget(
+    request: SweepRequest, baseline: Baseline, url: str, api_key: str | None
+) -> int:
     """The budget of the server a sweep measures with ``--url``: the one it says it runs
-    (``--baseline auto``), or the one the user gives (``--baseline N``), never a list of
-    candidates: nothing is launched, so every replay would run the server's own budget and be
+    (``--baseline auto`` or ``none``), or the one the user gives (``--baseline N``), never a list
+    of candidates: nothing is launched, so every replay would run the server's own budget and be
     labelled with another. Raises SpecError naming ``budgets`` or ``baseline``, EngineError
     when the server cannot be reached."""
     from budgettune.engines.external import ask_server_budget
@@ -153,22 +156,14 @@ def external_budget(request: SweepRequest, url: str, api_key: str | None) -> int
             hint="to compare budgets let budgettune launch the engine (--engine vllm); to "
             "state the server's budget give --baseline N",
         )
-    choice = request.baseline.strip().lower()
-    told = ask_server_budget(url, api_key) if choice in ("auto", "none") else None
-    if choice in ("auto", "none"):
-        if told is None:
-            raise SpecError(
-                f"the server at {url} does not say which budget it runs; give it: --baseline "
-                "N (its --max-num-batched-tokens)",
-                field="baseline",
-                hint="vLLM tells it at /server_info when started with VLLM_SERVER_DEV_MODE=1",
-            )
-        return told
-    try:
-        value = int(choice)
-    except ValueError:
+    if baseline.tokens is not None:
+        return baseline.tokens
+    told = ask_server_budget(url, api_key)
+    if told is None:
         raise SpecError(
-            f"use auto or the server's budget in tokens, got {request.baseline!r}",
+            f"the server at {url} does not say which budget it runs; give it: --baseline "
+            "N (its --max-num-batched-tokens)",
             field="baseline",
-        ) from None
-    return check_tokens(value, field="baseline")
+            hint="vLLM tells it at /server_info when started with VLLM_SERVER_DEV_MODE=1",
+        )
+    return told

@@ -104,7 +104,7 @@ def open_run(run_dir: Path, settings: Mapping[str, object], *, resume: bool) -> 
         check_new_run_folder(run_dir)  # refused before the lock file is made in it
     # One process per run folder, before anything in it is read. create_run_folder checks the
     # folder again under the lock: a sweep that ended between the check and the lock left one.
-    lock_run_folder(run_dir)
+    lock_run_folder(run_dir, field="resume" if resume else "output")
     if resume:
         return resume_run_folder(run_dir, settings)
     create_run_folder(run_dir, settings)
@@ -231,6 +231,20 @@ def plan(
         if budget not in predictions:
             predictions[budget] = predict_at(budget)
     return candidates, predictions, context
+
+
+def run_sweep_to_end(
+    config: SweepConfig,
+    traffic: Traffic,
+    events: SweepEvents | None = None,
+    finished: Sequence[Point] = (),
+    *,
+    slots: Sequence[Slot] = (Slot(0),),
+    executor: Executor | None = None,
+) -> SweepResult:
+    """:func:`run_sweep` on an event loop of its own, to its end: how a command runs a sweep
+    (the display only passes its events)."""
+    return asyncio.run(run_sweep(config, traffic, events, finished, slots=slots, executor=executor))
 
 
 async def run_sweep(

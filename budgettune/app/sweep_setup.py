@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from budgettune.app.baseline import Baseline
-from budgettune.app.client import client_settings, without_key
+from budgettune.app.client import ClientSettings, client_settings, without_key
 from budgettune.app.launch import external_budget, launch_spec, resolve_engine
 from budgettune.app.requests import (
     DEFAULT_GPU,
@@ -28,8 +28,10 @@ from budgettune.app.requests import (
     SWEEP_REQUESTS,
     ModelRequest,
     SweepRequest,
+    TrafficRequest,
 )
 from budgettune.app.slots import GPU_ENGINES, Slot, SlotPlan, parse_gpus, plan_slots
+from budgettune.app.sweep import PROFILE_FILE, open_run, profile_config, saved_profile
 from budgettune.app.traffic import Traffic, build_traffic, max_model_len_tokens
 from budgettune.artifacts.sweep_options import (
     OPTIONS_KEY,
@@ -42,6 +44,7 @@ from budgettune.core.errors import SpecError
 from budgettune.core.hardware import GPU, resolve_gpu
 from budgettune.core.units import parse_duration_s, parse_int_list
 from budgettune.engines.base import LaunchSpec
+from budgettune.engines.embedded.cli import calibration_flags
 from budgettune.loadgen.runner import RunOptions
 from budgettune.model.calibration import DEFAULT_CALIBRATION, CalibrationChoice
 from budgettune.model.stepmodel import StepModel
@@ -107,17 +110,53 @@ def prepare_sweep(
 ) -> PreparedSweep:
     """Validate ``request`` and decide everything the sweep needs; opens (or, resuming, checks)
     the run folder, and runs the profile step first where the measure-first rule asks. Raises
-    UserError subclasses naming the field, before any run folder exists for a mistake."""
-    resume = request.resume
-    slo_tbt_s, slo_ttft_s = _checked_slos(request)
+    UserError subclasses naming the field, before any run folder exists for a mistake.
+
+    The steps, in order: the SLOs and the load generator's options (a bad one is refused before
+    anything is printed), the engine and its slots, the traffic, the engine's launch, the
+    budgets, where the step-time model comes from, the run folder, then the model itself."""
+    slos = _checked_slos(request)
     client = client_settings(request.client)
+    run_options = _run_options(request, client)
+    target = engine_target(request)
+    slot_plan = sweep_slots(request, target.engine)
+    run_dir = (
+        request.resume
+        or request.output
+        or Path("reports") / _dt.datetime.now().strftime("sweep-%Y%m%d-%H%M%S")
+    )
+    load = sweep_traffic(request, client, warn)
+    spec = sweep_launch_spec(request, target, load.request, client.api_key)
+    budgets = sweep_budgets(request, target, spec, client.api_key)
+    plan = model_plan(request, target, spec, budgets, slot_plan, run_dir, client.api_key)
+    settings = _settings(
+        request, target.engine, load.traffic, run_dir, plan.profiling is not None,
+        load.synthetic, budgets.default_budget, spec.extra_args, load.request.rate,
+    )  # fmt: skip
+    settings.update(client.to_json())
+    # The run folder before any line: a folder that cannot be used is one error, nothing else.
+    finished = open_run(run_dir, settings, resume=request.resume is not None)
+    _say_setup(say, request, target, budgets, run_dir, finished)
+    chosen = _chosen_model(plan, target.gpu_card, run_dir, say, profile_step)
+    say(f"step-time model: {chosen.source}")
+    say(f"traffic: {load.line}")
+    config = _sweep_config(
+        request, slos, target, spec, run_options, chosen, budgets, load, run_dir, settings,
+        without_key(command),
+    )  # fmt: skip
+    if slot_plan.parallel > 1 or request.ray:
+        say(f"slots: {slot_plan.how}" + (f"; on Ray ({request.ray})" if request.ray else ""))
+    return PreparedSweep(config, load.traffic, finished, slot_plan, request.ray)
+
+
+def _run_options(request: SweepRequest, client: ClientSettings) -> RunOptions:
+    """The load generator's options, checked."""
     if client.concurrency is not None and request.goodput:
         raise SpecError(
             "searches the highest request rate; a closed loop (--concurrency) sends no rate",
             field="goodput",
         )
-    # The load generator's options first: a bad one is refused before anything is printed.
-    run_options = RunOptions(
+    return RunOptions(
         max_error_rate=request.max_error_rate,
         request_timeout_s=parse_duration_s(request.request_timeout, field="request_timeout"),
         seed=request.traffic.seed,
@@ -126,167 +165,261 @@ def prepare_sweep(
         concurrency=client.concurrency,
         continuous_usage=client.continuous_usage,
     )
-    target = engine_target(request)
-    engine, model, gpu, detected, gpu_card = (
-        target.engine,
-        target.model,
-        target.gpu,
-        target.detected,
-        target.gpu_card,
-    )
-    url, launch = request.url, request.launch
-    slot_plan = sweep_slots(request, engine)
-    profile = request.profile
-    analytic = profile is not None and str(profile) == ANALYTIC
-    measure_first = profile is None and engine in REAL_ENGINES
-    run_dir = (
-        resume
-        or request.output
-        or Path("reports") / _dt.datetime.now().strftime("sweep-%Y%m%d-%H%M%S")
-    )
-    traffic_request = request.traffic
-    synthetic = traffic_request.trace is None and traffic_request.rate is None
-    if synthetic:
-        traffic_request = replace(traffic_request, rate=DEFAULT_RATE_PER_S)
-    traffic = build_traffic(traffic_request, default_requests=DEFAULT_REQUESTS, on_warning=warn)
-    schedule = traffic.schedule
-    if request.warmup >= len(schedule):
-        raise SpecError(f"{request.warmup} leaves none of {len(schedule)} requests", field="warmup")
-    if profile is not None and not analytic and engine == "sim":
-        # the engine runs the predictions' model
-        flag = shlex.join(["--profile", str(profile.resolve())])
-        launch = replace(launch, engine_arg=(*launch.engine_arg, flag))
-    elif engine == "sim":  # the engine runs the predictions' presets, in their calibration
-        from budgettune.engines.embedded.cli import calibration_flags
 
-        flag = shlex.join(calibration_flags(CalibrationChoice(request.calibration)))
+
+@dataclass(slots=True, frozen=True)
+class SweepTraffic:
+    """The traffic step: the request as run (synthetic traffic gets the default rate), its
+    schedules, whether it was the synthetic default, and the line that describes it."""
+
+    request: TrafficRequest
+    traffic: Traffic
+    synthetic: bool
+    line: str
+
+
+def sweep_traffic(
+    request: SweepRequest, client: ClientSettings, warn: Callable[[str], None]
+) -> SweepTraffic:
+    """The schedule the sweep replays (a trace's, or synthetic), checked against --warmup."""
+    asked = request.traffic
+    synthetic = asked.trace is None and asked.rate is None
+    if synthetic:
+        asked = replace(asked, rate=DEFAULT_RATE_PER_S)
+    traffic = build_traffic(asked, default_requests=DEFAULT_REQUESTS, on_warning=warn)
+    count = len(traffic.schedule)
+    if request.warmup >= count:
+        raise SpecError(f"{request.warmup} leaves none of {count} requests", field="warmup")
+    return SweepTraffic(asked, traffic, synthetic, client.describe(traffic.description))
+
+
+def sweep_launch_spec(
+    request: SweepRequest,
+    target: EngineTarget,
+    traffic: TrafficRequest,
+    api_key: str | None,
+) -> LaunchSpec:
+    """How every budget's engine is started: the built-in engine runs the predictions' model
+    (the profile given, else the presets in their calibration)."""
+    launch, engine, profile = request.launch, target.engine, request.profile
+    if engine == "sim":
+        if profile is not None and str(profile) != ANALYTIC:
+            flag = shlex.join(["--profile", str(profile.resolve())])
+        else:
+            flag = shlex.join(calibration_flags(CalibrationChoice(request.calibration)))
         launch = replace(launch, engine_arg=(*launch.engine_arg, flag))
-    spec = launch_spec(
+    return launch_spec(
         launch,
         engine=engine,
-        model=model,
-        gpu=gpu,
-        url=url,
-        max_model_len_tokens=max_model_len_tokens(traffic_request),
-        api_key=client.api_key,
+        model=target.model,
+        gpu=target.gpu,
+        url=request.url,
+        max_model_len_tokens=max_model_len_tokens(traffic),
+        api_key=api_key,
     )
+
+
+@dataclass(slots=True, frozen=True)
+class SweepBudgets:
+    """The budgets step: the baseline asked for, the engine's own defaults (None: not needed,
+    or a running server), the predictions' sequence limit (None: the engine sizes it), the
+    candidates named (None: the search picks them) and the reference budget."""
+
+    baseline: Baseline
+    defaults: DefaultBudget | None
+    engine_seqs: int | None
+    candidates: tuple[int, ...] | None
+    default_budget: int | None
+
+
+def sweep_budgets(
+    request: SweepRequest, target: EngineTarget, spec: LaunchSpec, api_key: str | None
+) -> SweepBudgets:
+    """The candidates and the reference: an external server is measured at the one budget it
+    runs; a launched engine at the budgets named or searched, against its default."""
+    engine = target.engine
     baseline = Baseline.parse(request.baseline)
     # Asking vLLM takes 5-15 s: only when the baseline or the sequence limit needs it.
     needs_defaults = baseline.is_auto or spec.max_num_seqs is None
-    defaults = engine_defaults_for(engine, spec, gpu_card, detected) if needs_defaults else None
+    defaults = (
+        engine_defaults_for(engine, spec, target.gpu_card, target.detected)
+        if needs_defaults
+        else None
+    )
     # The predictions' running-sequence limit: the user's, else the engine's own default.
     engine_seqs = spec.max_num_seqs or (defaults.max_num_seqs if defaults else None)
     if engine == "external":  # one server, one budget: the one it runs
-        assert url is not None
-        candidate_budgets: tuple[int, ...] | None = (external_budget(request, url, client.api_key),)
-        default_budget = None
-    else:
-        default_budget = baseline.budget(defaults)
-        candidate_budgets = (
-            tuple(parse_int_list(request.budgets, field="budgets"))
-            if request.budgets is not None
-            else None
-        )
-    profiling = None
-    step_model: StepModel | None = None
-    model_source = ""
-    source_kind = ModelSourceKind.PROFILE  # measured first, unless the model is chosen below
-    if measure_first:
-        from budgettune.app.sweep import profile_config
+        assert request.url is not None
+        served = external_budget(request, baseline, request.url, api_key)
+        return SweepBudgets(baseline, defaults, engine_seqs, (served,), None)
+    named = (
+        tuple(parse_int_list(request.budgets, field="budgets"))
+        if request.budgets is not None
+        else None
+    )
+    return SweepBudgets(baseline, defaults, engine_seqs, named, baseline.budget(defaults))
 
-        assert model is not None  # checked above for vllm and sglang
+
+@dataclass(slots=True, frozen=True)
+class ModelPlan:
+    """Where the predictions' step-time model comes from: the profile step to run once the run
+    folder is open (``profiling``), or the model chosen now with the words that say why."""
+
+    profiling: ProfileConfig | None
+    step_model: StepModel | None = None
+    source: str = ""
+    kind: ModelSourceKind = ModelSourceKind.PROFILE
+
+
+def model_plan(
+    request: SweepRequest,
+    target: EngineTarget,
+    spec: LaunchSpec,
+    budgets: SweepBudgets,
+    slot_plan: SlotPlan,
+    run_dir: Path,
+    api_key: str | None,
+) -> ModelPlan:
+    """The measure-first rule: vLLM and SGLang without --profile are profiled first (slot 0's
+    GPUs, up to the largest budget considered); otherwise the profile given or the presets."""
+    engine, model, profile = target.engine, target.model, request.profile
+    if profile is None and engine in REAL_ENGINES:
+        assert model is not None  # engine_target checked it for the real engines
         profiling = profile_config(
-            run_dir, engine=engine, model=model, gpu=gpu,
-            max_num_seqs=engine_seqs or ENGINE_SIZED_SEQS,
-            budgets=candidate_budgets, reference_budget=default_budget,
-            seed=traffic_request.seed, dtype=spec.dtype,
+            run_dir, engine=engine, model=model, gpu=target.gpu,
+            max_num_seqs=budgets.engine_seqs or ENGINE_SIZED_SEQS,
+            budgets=budgets.candidates, reference_budget=budgets.default_budget,
+            seed=request.traffic.seed, dtype=spec.dtype,
             tensor_parallel=spec.tensor_parallel_size,
             gpu_memory_utilization=spec.gpu_memory_utilization, engine_args=spec.extra_args,
             engine_cmd=spec.engine_cmd,
             engine_env={**spec.env, **slot_plan.slots[0].engine_env()},  # slot 0's GPUs
-            health_timeout_s=spec.health_timeout_s, api_key=client.api_key,
+            health_timeout_s=spec.health_timeout_s, api_key=api_key,
         )  # fmt: skip
-    else:
-        step_model, model_source, source_kind = analytic_or_given_model(
-            profile, model, gpu_card.name if gpu_card else None, engine, request.calibration
+        return ModelPlan(profiling)
+    card = target.gpu_card.name if target.gpu_card else None
+    step_model, source, kind = analytic_or_given_model(
+        profile, model, card, engine, request.calibration
+    )
+    detected = target.detected
+    if detected is not None and detected.name and detected.preset is None:
+        source += (
+            f"; no GPU preset matches {detected.name}, so {DEFAULT_GPU}'s figures are used "
+            "(--gpu names another)"
         )
-        if detected is not None and detected.name and detected.preset is None:
-            model_source += (
-                f"; no GPU preset matches {detected.name}, so {DEFAULT_GPU}'s figures are used "
-                "(--gpu names another)"
-            )
-    settings = _settings(
-        request, engine, traffic, run_dir, measure_first, synthetic, default_budget,
-        spec.extra_args, traffic_request.rate,
-    )  # fmt: skip
-    settings.update(client.to_json())
-    traffic_line = client.describe(traffic.description)
-    from budgettune.app.sweep import PROFILE_FILE, open_run
+    return ModelPlan(None, step_model, source, kind)
 
-    # The run folder before any line: a folder that cannot be used is one error, nothing else.
-    finished = open_run(run_dir, settings, resume=resume is not None)
+
+def _say_setup(
+    say: Callable[[str], None],
+    request: SweepRequest,
+    target: EngineTarget,
+    budgets: SweepBudgets,
+    run_dir: Path,
+    finished: Sequence[Point],
+) -> None:
+    """The lines that say what the sweep runs on, once its run folder is open."""
+    baseline, defaults, detected = budgets.baseline, budgets.defaults, target.detected
     say(target.why)
     if detected is not None:
         say(f"GPU: {detected.describe()}; {baseline.line(defaults)}")
     elif defaults is not None and baseline.is_auto:
         say(baseline.line(defaults))
-    if engine == "external" and candidate_budgets:
+    if target.engine == "external" and budgets.candidates:
         told = baseline.tokens is None
         say(
-            f"server budget {candidate_budgets[0]} "
+            f"server budget {budgets.candidates[0]} "
             f"({'its /server_info' if told else 'as given with --baseline'}): measured as it runs"
         )
-    if resume is not None:
+    if request.resume is not None:
         say(f"resuming {run_dir}: {len(finished)} budget(s) already measured")
-    if profiling is not None:
-        step_model, model_source = _measure_first(profiling, run_dir, say, profile_step)
-        gpu_card = gpu_card or _profile_gpu(run_dir / PROFILE_FILE)
-    assert step_model is not None
-    say(f"step-time model: {model_source}")
-    say(f"traffic: {traffic_line}")
-    config = SweepConfig(
-        slo_tbt_s=slo_tbt_s,
-        slo_ttft_s=slo_ttft_s,
+
+
+@dataclass(slots=True, frozen=True)
+class ChosenModel:
+    """The predictions' step-time model, the words that say where it came from, its kind, and
+    the GPU preset that sizes the predictions' KV cache (None: unknown)."""
+
+    step_model: StepModel
+    source: str
+    kind: ModelSourceKind
+    gpu_card: GPU | None
+
+
+def _chosen_model(
+    plan: ModelPlan,
+    gpu_card: GPU | None,
+    run_dir: Path,
+    say: Callable[[str], None],
+    profile_step: Callable[[ProfileConfig], ProfileOutcome],
+) -> ChosenModel:
+    """The plan's model: measured now (or reused from an interrupted run) when it asks for the
+    profile step, whose GPU then sizes the predictions unless one was named."""
+    if plan.profiling is None:
+        assert plan.step_model is not None
+        return ChosenModel(plan.step_model, plan.source, plan.kind, gpu_card)
+    step_model, source = _measure_first(plan.profiling, run_dir, say, profile_step)
+    card = gpu_card or _profile_gpu(run_dir / PROFILE_FILE)
+    return ChosenModel(step_model, source, plan.kind, card)
+
+
+def _sweep_config(
+    request: SweepRequest,
+    slos: tuple[float, float],
+    target: EngineTarget,
+    spec: LaunchSpec,
+    run_options: RunOptions,
+    chosen: ChosenModel,
+    budgets: SweepBudgets,
+    load: SweepTraffic,
+    run_dir: Path,
+    settings: dict[str, Any],
+    command: tuple[str, ...],
+) -> SweepConfig:
+    """The steps' outcomes as the one config the sweep runs."""
+    engine, gpu_card, detected = target.engine, chosen.gpu_card, target.detected
+    schedule = load.traffic.schedule
+    mixed = "--enable-mixed-chunk" in spec.extra_args
+    return SweepConfig(
+        slo_tbt_s=slos[0],
+        slo_ttft_s=slos[1],
         percentile=request.percentile,
         engine=engine,
         base_spec=spec,
         run=run_options,
-        step_model=step_model,
-        model_source=model_source,
-        model_source_kind=source_kind,
+        step_model=chosen.step_model,
+        model_source=chosen.source,
+        model_source_kind=chosen.kind,
         scheduler=predictions_scheduler(
-            step_model,
+            chosen.step_model,
             gpu_card,
-            engine_seqs or ENGINE_SIZED_SEQS,
-            launch.tensor_parallel_size or 1,
-            decodes_beside_prefill=engine != "sglang" or "--enable-mixed-chunk" in spec.extra_args,
+            budgets.engine_seqs or ENGINE_SIZED_SEQS,
+            request.launch.tensor_parallel_size or 1,
+            decodes_beside_prefill=engine != "sglang" or mixed,
         ),
-        traffic=traffic_line,
+        traffic=load.line,
         rate_per_s=schedule.rate_per_s,
-        asked_rate_per_s=traffic_request.rate,
+        asked_rate_per_s=load.request.rate,
         requests=len(schedule),
         run_dir=run_dir,
-        budgets=candidate_budgets,
+        budgets=budgets.candidates,
         align_tokens=request.align,
-        default_budget=default_budget,
-        engine_defaults=defaults,
-        baseline_label=baseline.label,
+        default_budget=budgets.default_budget,
+        engine_defaults=budgets.defaults,
+        baseline_label=budgets.baseline.label,
         goodput=request.goodput,
         exhaustive=request.exhaustive,
         max_replays=request.max_replays,
-        resume=resume is not None,
+        resume=request.resume is not None,
         settings=settings,
-        command=without_key(command),
+        command=command,
         hardware={
             "gpu": gpu_card.name if gpu_card else None,
             **({"gpu_detected": detected.describe()} if detected else {}),
-            "model": model,
+            "model": target.model,
         },
-        served_model=model if engine in REAL_ENGINES else None,
+        served_model=target.model if engine in REAL_ENGINES else None,
     )
-    if slot_plan.parallel > 1 or request.ray:
-        say(f"slots: {slot_plan.how}" + (f"; on Ray ({request.ray})" if request.ray else ""))
-    return PreparedSweep(config, traffic, finished, slot_plan, request.ray)
 
 
 def executor_for(prepared: PreparedSweep) -> Executor:
@@ -409,8 +542,6 @@ def _settings(
 ) -> dict[str, Any]:
     """sweep.json's settings (a JSON document): what the sweep asked, the request itself for
     ``--resume`` (with the engine ``auto`` chose), and provenance recorded now."""
-    from budgettune.app.sweep import PROFILE_FILE
-
     launch, traffic_request, profile = request.launch, request.traffic, request.profile
     trace = traffic_request.trace
     settings = {
@@ -525,7 +656,6 @@ def _measure_first(
 ) -> tuple[StepModel, str]:
     """Without a profile on a real engine: the profile this run folder already holds (a
     resumed sweep), else the profile step run now, saying so and where."""
-    from budgettune.app.sweep import saved_profile
     from budgettune.model.profile import profile_step_model
 
     assert config.output is not None

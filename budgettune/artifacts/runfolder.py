@@ -36,12 +36,12 @@ LOCK_FILE = ".sweep.lock"  # held (flock) by the one process running a sweep in 
 _HELD: dict[Path, int] = {}  # run folder -> the open lock file's descriptor, for the process
 
 
-def lock_run_folder(run_dir: Path) -> None:
+def lock_run_folder(run_dir: Path, *, field: str = "output") -> None:
     """Make this process the one running a sweep in ``run_dir``: an exclusive lock on its lock
     file, held until the process ends (the system drops it then, even on SIGKILL). Raises
     UserError naming the other process's pid when one holds it: two sweeps in one folder would
-    both measure every budget and interleave their points and files. A path that is a file is
-    left to the folder checks."""
+    both measure every budget and interleave their points and files; ``field`` is the option
+    that named the folder. A path that is a file is left to the folder checks."""
     if run_dir.exists() and not run_dir.is_dir():
         return
     key = run_dir.resolve()
@@ -51,7 +51,7 @@ def lock_run_folder(run_dir: Path) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         descriptor = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as error:
-        raise storage_error(error, run_dir, field="output") from None
+        raise storage_error(error, run_dir, field=field) from None
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -59,7 +59,7 @@ def lock_run_folder(run_dir: Path) -> None:
         os.close(descriptor)
         raise UserError(
             f"another budgettune (pid {holder}) is running a sweep in {run_dir}",
-            field="output",
+            field=field,
             hint="wait for it to finish (or stop it), then --resume; or choose another folder",
         ) from None
     os.ftruncate(descriptor, 0)

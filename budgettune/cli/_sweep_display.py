@@ -4,7 +4,6 @@ and the closing table with the verdict. Printing only; the sweep itself is
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -61,7 +60,7 @@ def profile_with_progress(config: ProfileConfig) -> ProfileOutcome:
 def run_with_progress(prepared: PreparedSweep, executor: Executor) -> SweepResult:
     """The sweep with its live display: one line for the sweep, and a replay bar (one slot) or
     one line per slot."""
-    from budgettune.app.sweep import SweepEvents, run_sweep
+    from budgettune.app.sweep import SweepEvents, run_sweep_to_end
 
     config, traffic, finished = prepared.config, prepared.traffic, prepared.finished
     slots = prepared.slots.slots
@@ -134,9 +133,7 @@ def run_with_progress(prepared: PreparedSweep, executor: Executor) -> SweepResul
             on_replay=on_replay, on_point=on_point, on_message=on_message, on_slot=on_slot,
             on_round=on_round,
         )  # fmt: skip
-        return asyncio.run(
-            run_sweep(config, traffic, events, finished, slots=slots, executor=executor)
-        )
+        return run_sweep_to_end(config, traffic, events, finished, slots=slots, executor=executor)
 
 
 def _point_line(point: Point, config: SweepConfig) -> str:

@@ -3,8 +3,10 @@ and the recipe they start it with. Process watching is vllm_env's (one /proc sca
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,6 +73,33 @@ def sglang_env(mark: str) -> dict[str, str]:
 
 def env_args(mark: str) -> list[str]:
     return [a for k, v in sglang_env(mark).items() for a in ("--env", f"{k}={v}")]
+
+
+# What `python -m sglang.launch_server` does with its command line before it loads a model
+# (launch_server.py: prepare_server_args, then run_server's resolve_once and resolving_view):
+# printed as JSON, the settings the server would run with.
+_RESOLVE_LAUNCH_ARGS = """
+import json, sys
+from sglang.srt.arg_groups.overrides import resolving_view
+from sglang.srt.server_args import prepare_server_args
+server_args = prepare_server_args(sys.argv[1:])
+server_args.resolve_once()
+view = resolving_view(server_args)
+names = ("chunked_prefill_size", "max_running_requests", "dtype", "model_path")
+print(json.dumps({name: getattr(view, name) for name in names}))
+"""
+
+
+def resolve_launch_args(python: Path, argv: list[str], mark: str) -> dict[str, Any]:
+    """How the installed SGLang reads a launch_server command line, without starting a server:
+    a test whose subject is written arguments, not the engine's start, asks SGLang's own code."""
+    env = {**os.environ, **sglang_env(mark), "SGLANG_USE_CPU_ENGINE": "1"}
+    done = subprocess.run(
+        [str(python), "-c", _RESOLVE_LAUNCH_ARGS, *argv],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def sglang_spec(

@@ -257,7 +257,6 @@ def test_budgets_trade_decoder_gaps_for_ttft(
         # Eager, as the module's other starts: a compiled start took 93.5 s here at budget 64
         # (24 s of it compiling, again at each budget) against about 30 s eager, and chunking
         # trades gaps for TTFT in either mode (eager steps are slower, so the trade is wider).
-        # The profile test keeps vLLM's compiled default (test_vllm_profile.py).
         config = replay_config(budget, ctx, out, mark)
         with EngineWatch(mark) as watch, client_core():
             result, stall_s = asyncio.run(replay_watching_the_client(config, schedule, handles))

@@ -4,6 +4,7 @@ processes by PID (a /proc scan for a marker in the environment and its process g
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import signal
@@ -28,12 +29,12 @@ API_SERVER = "vllm.entrypoints.openai.api_server"
 ENGINE_CORE, CLIENT_CORE = 0, 1
 CPU_WRAPPER = ("taskset", "-c", str(ENGINE_CORE))
 MARK_VAR = "BUDGETTUNE_TEST_MARK"
-# Eager mode for every start but the profile's: vLLM skips torch.compile, 10-45 s of every start
-# on this 2-core machine (from banner to healthy 26-38 s eager against 38-84 s compiled, in the
-# same tests; the compile cache does not carry across budgets). The profile test keeps vLLM's
-# default compiled mode, which is what users run: measured side by side, eager steps were slower
-# (a 2000-token prefill at budget 1024 took 776 ms against 479 ms, a decode step 8.0 ms against
-# 5.3 ms). The chunking trade-off test runs eager too: the trade holds in either mode.
+# Eager mode for every start: vLLM skips torch.compile, 10-45 s of every start on this 2-core
+# machine (from banner to healthy 26-38 s eager against 38-84 s compiled, in the same tests; the
+# compile cache does not carry across budgets). Eager steps are slower (measured side by side, a
+# 2000-token prefill at budget 1024 took 776 ms against 479 ms compiled, a decode step 8.0 ms
+# against 5.3 ms), so the profile runs eager too: it calibrates the eager sweep test. The chunking
+# trade-off holds in either mode.
 ENGINE_FLAGS = ("--enforce-eager",)
 # The profile the vllm tests share (conftest.vllm_profile): the probe grid, prompts to 2048
 # (4096-token mixed probes lost the injected prompt's iteration on a loaded 2-core machine),
@@ -101,6 +102,42 @@ def engine_argv(python: Path) -> tuple[str, ...]:
 def engine_cmd_text(python: Path) -> str:
     """engine_argv as the one string --engine-cmd takes."""
     return shlex.join(engine_argv(python))
+
+
+# What `vllm serve` does with its command line before it loads a model (launchers/api_server/
+# entry.py: main, then build_async_engine_client): its parser (which reads --config), its checks,
+# AsyncEngineArgs.from_cli_args and create_engine_config. Printed as JSON: the values the command
+# line set (None where it set nothing) and the ones the engine would run with.
+_RESOLVE_SERVE_ARGS = """
+import json, sys
+from vllm.engine.arg_utils import AsyncEngineArgs
+from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+args = make_arg_parser(FlexibleArgumentParser()).parse_args(sys.argv[1:])
+validate_parsed_serve_args(args)
+config = AsyncEngineArgs.from_cli_args(args).create_engine_config()
+names = ("model", "max_num_batched_tokens", "max_num_seqs", "dtype")
+print(json.dumps({
+    "given": {name: getattr(args, name) for name in names},
+    "resolved": {
+        "model": config.model_config.model,
+        "max_num_batched_tokens": config.scheduler_config.max_num_batched_tokens,
+        "max_num_seqs": config.scheduler_config.max_num_seqs,
+        "dtype": str(config.model_config.dtype),
+    },
+}))
+"""
+
+
+def resolve_serve_args(python: Path, argv: list[str], env: dict[str, str]) -> dict[str, Any]:
+    """How the installed vLLM reads a `vllm serve` command line, without starting a server: a
+    test whose subject is a written config, not the engine's start, asks vLLM's own code."""
+    done = subprocess.run(
+        [str(python), "-c", _RESOLVE_SERVE_ARGS, *argv],
+        capture_output=True, text=True, timeout=300, env={**os.environ, **env},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def engine_flag_args() -> list[str]:

@@ -1,8 +1,8 @@
 """The faults of the hostile pass: a full disk at any moment of a sweep, a kill -9 of the engine
-or of budgettune, a server that accepts and never answers, a port another server holds, engines
-that never start. Each runs the installed command in subprocesses and returns a
-:class:`FaultOutcome`: whether it ended as it should, and how many finished points a
-``--resume`` did not find.
+or of budgettune, a second sweep in a folder being swept, a server that accepts and never
+answers, a port another server holds, engines that never start. Each runs the installed command
+in subprocesses and returns a :class:`FaultOutcome`: whether it ended as it should, and how many
+finished points a ``--resume`` did not find.
 
 A full disk is a small tmpfs (root only); where none can be mounted the disk faults say so and
 count as not run."""
@@ -269,6 +269,36 @@ def kill_budgettune(sig: int) -> Fault:
     return fault
 
 
+def second_sweep_in_the_folder(root: Path, cmd: Sequence[str]) -> FaultOutcome:
+    """A `--resume` of a run folder while its sweep is still running: refused at once with the
+    running one's pid (both measured every budget, into one points.jsonl), and the first sweep
+    ends as if alone, each budget saved once."""
+    name = "second sweep (--resume) in a folder being swept"
+    run = root / "second-sweep"
+    shutil.rmtree(run, ignore_errors=True)
+    proc = _start(cmd, *SWEEP, "--exhaustive", "--budgets", "256,512", "-o", str(run))
+    _wait_for(lambda: (run / "sweep.json").is_file(), 60)
+    second = _run(cmd, "sweep", "--resume", str(run))
+    out = _finish(proc)
+    said = " ".join(second.stderr.split())
+    budgets = [json.loads(line)["budget"] for line in _text_lines(run / "points.jsonl")]
+    refused = second.returncode == 2 and said.startswith(
+        f"error: --resume: another budgettune (pid {proc.pid}) is running a sweep in"
+    )
+    ok = (refused and proc.returncode in (0, 3) and sorted(budgets) == [256, 512]
+          and not _traceback(out + second.stderr))  # fmt: skip
+    detail = (f"second exit {second.returncode} ({said[:120]}); first exit {proc.returncode}, "
+              f"points {budgets}")  # fmt: skip
+    return FaultOutcome(name, ok, detail)
+
+
+def _text_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text().splitlines()
+    except OSError:
+        return []
+
+
 # --- servers that misbehave -------------------------------------------------------------------
 @contextlib.contextmanager
 def silent_server() -> Iterator[int]:
@@ -402,6 +432,7 @@ FAULTS: list[Fault] = [
     kill_engine,
     kill_budgettune(signal.SIGKILL),
     kill_budgettune(signal.SIGTERM),
+    second_sweep_in_the_folder,
     never_answers,
     port_taken,
     engines_fail,

@@ -181,6 +181,21 @@ def test_one_process_per_run_folder(tmp_path: Path, budgettune_cmd: list[str]) -
             f"error: -o: another budgettune (pid {holder.pid}) is running a sweep in {run_dir}"
         ), second.stderr
         assert not (run_dir / "sweep.json").exists()  # nothing of the second sweep was written
+        # a --resume is refused the same way, naming --resume (the saved options are not to
+        # blame: it said "sweep.json: the saved --output", and that the file was damaged)
+        asked = {"engine": "sim", "slo_tbt": "50ms", "requests": 8, "budgets": "512"}
+        document = {"options": saved_options(asked), "schema_version": 1}
+        (run_dir / "sweep.json").write_text(json.dumps(document))
+        resumed = subprocess.run(
+            [*budgettune_cmd, "sweep", "--resume", str(run_dir)],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert resumed.returncode == 2, resumed.stderr
+        assert resumed.stderr.splitlines()[0] == (
+            f"error: --resume: another budgettune (pid {holder.pid}) is running a sweep in "
+            f"{run_dir}"
+        ), resumed.stderr
+        assert "damaged" not in resumed.stderr
     finally:
         holder.kill()
         holder.wait(10)

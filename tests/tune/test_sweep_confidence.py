@@ -15,10 +15,11 @@ import pytest
 pytestmark = pytest.mark.slow
 
 # The chat trace's lengths with Poisson arrivals (seed 0): the sweep's first replay of a budget
-# sends exactly the schedule `replay` sent. 768 tokens is the edge of a 22-23 ms p99 TBT SLO on
-# the analytic 8B/H100 model; 256 gives about 9 ms.
+# sends exactly the schedule `replay` sent. At 14 req/s on the analytic 8B/H100 model, 768 tokens
+# read a p99 TBT of 20.0 ms and 256 read 11.2 ms (`replay`, 2026-12-06; at 7 req/s 18.7 and
+# 10.6 ms, each replay 15 s against 11 s at 14).
 TRAFFIC = [
-    "--engine", "sim", "--trace", "traces/chat.jsonl", "--arrivals", "poisson", "--rate", "7",
+    "--engine", "sim", "--trace", "traces/chat.jsonl", "--arrivals", "poisson", "--rate", "14",
     "--requests", "60", "--seed", "0",
 ]  # fmt: skip
 EDGE, FAR = 768, 256

@@ -14,20 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
+from rising_tbt import ANSWER, SEARCH, WORKLOAD, SweepRun
 
 pytestmark = pytest.mark.slow
 
-# A workload whose p99 TBT rises steadily with the budget (the simulator predicts 15, 30, 58
-# and 86 ms at 512, 1024, 2048 and 3072 tokens on the analytic 8B/H100 model in the seed
-# calibration, which these figures were chosen in; the real-time engine measures a few ms
-# more) while p99 TTFT stays near 300 ms: with a 46 ms TBT SLO the answer is 1024, with at
-# least 11 ms of margin on either side for a busy machine's jitter.
-WORKLOAD = [
-    "--engine", "sim", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--calibration", "seed",
-    "--prompt-dist", "lognormal:mean=1500,sigma=0.5,max=6000",
-    "--output-dist", "lognormal:mean=64,sigma=0.5,max=256",
-    "--rate", "16", "--requests", "60", "--seed", "0", "--slo-ttft", "1s",
-]  # fmt: skip
+# rising_tbt.WORKLOAD: with a 46 ms TBT SLO the answer is 1024, with 11+ ms of margin either side.
 
 
 def sweep(cmd: list[str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -53,18 +44,17 @@ def assert_engines_gone(run_dir: Path) -> None:
 
 @pytest.mark.timing  # the answer rests on 11+ ms of TBT margin
 def test_search_matches_exhaustive_grid_with_fewer_launches(
-    budgettune_cmd: list[str], tmp_path: Path
+    sequential_search: SweepRun, budgettune_cmd: list[str], tmp_path: Path
 ) -> None:
-    budgets = "512,1024,2048,3072,4096"
-    searched = sweep(budgettune_cmd, "--slo-tbt", "46ms", "--budgets", budgets, "-o",
-                     str(tmp_path / "search"))  # fmt: skip
-    assert searched.returncode == 0, searched.stderr[-3000:]
-    grid = sweep(budgettune_cmd, "--slo-tbt", "46ms", "--budgets", budgets, "--exhaustive",
-                 "-o", str(tmp_path / "grid"))  # fmt: skip
+    searched = sequential_search.done
+    grid = subprocess.run(
+        [*budgettune_cmd, "sweep", *SEARCH, "--exhaustive", "-o", str(tmp_path / "grid")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
     assert grid.returncode == 0, grid.stderr[-3000:]
 
-    found, truth = recommendation(tmp_path / "search"), recommendation(tmp_path / "grid")
-    assert truth["budget"] == 1024, [(p["budget"], p["tbt_ms"]) for p in truth["points"]]
+    found, truth = recommendation(sequential_search.run_dir), recommendation(tmp_path / "grid")
+    assert truth["budget"] == ANSWER, [(p["budget"], p["tbt_ms"]) for p in truth["points"]]
     assert found["budget"] == truth["budget"]
     # the grid measured every candidate plus the default; the search a fraction of them
     assert truth["launches"] == 6
@@ -82,10 +72,10 @@ def test_search_matches_exhaustive_grid_with_fewer_launches(
     assert "Your engine default (8192) breaks p99 TBT" in " ".join(searched.stdout.split())
     # The budget and nothing the user did not set; the simulated engine schedules by vLLM's
     # rules, so no SGLang arguments are written for it.
-    yaml_lines = (tmp_path / "search" / "vllm.yaml").read_text().splitlines()
+    yaml_lines = (sequential_search.run_dir / "vllm.yaml").read_text().splitlines()
     assert [ln for ln in yaml_lines if not ln.startswith("#")] == ["max-num-batched-tokens: 1024"]
-    assert not (tmp_path / "search" / "sglang.args").exists()
-    assert_engines_gone(tmp_path / "search")
+    assert not (sequential_search.run_dir / "sglang.args").exists()
+    assert_engines_gone(sequential_search.run_dir)
 
 
 def test_no_feasible_budget_explains_what_binds(budgettune_cmd: list[str], tmp_path: Path) -> None:
@@ -150,7 +140,7 @@ def test_resume_after_kill_reruns_nothing_finished(
 ) -> None:
     run_dir = tmp_path / "resumed"
     mark = f"resume-{os.getpid()}-{time.monotonic_ns()}"
-    args = ["--slo-tbt", "46ms", "--budgets", "1024,2048,3072,4096", "--exhaustive",
+    args = ["--slo-tbt", "46ms", "--budgets", "1024,2048,3072", "--exhaustive",
             "--env", f"BUDGETTUNE_TEST_MARK={mark}"]  # fmt: skip
     proc = subprocess.Popen(
         [*budgettune_cmd, "sweep", *WORKLOAD, *args, "-o", str(run_dir)],
@@ -170,7 +160,7 @@ def test_resume_after_kill_reruns_nothing_finished(
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     finished_before = {p["budget"] for p in points(run_dir)}
-    assert finished_before and len(finished_before) < 5
+    assert finished_before and len(finished_before) < 4  # of 3 candidates and the default
     # the engine in flight dies with its parent (parent-death signal, and its own watchdog)
     deadline = time.monotonic() + 5
     while marked_pids(mark) and time.monotonic() < deadline:
@@ -190,9 +180,9 @@ def test_resume_after_kill_reruns_nothing_finished(
     all_points = points(run_dir)
     budgets = [p["budget"] for p in all_points]
     assert len(budgets) == len(set(budgets)), "no budget measured twice"
-    assert set(budgets) == {1024, 2048, 3072, 4096, 8192}
+    assert set(budgets) == {1024, 2048, 3072, 8192}
     doc = recommendation(run_dir)
-    assert doc["launches"] == 5 - len(finished_before)
+    assert doc["launches"] == 4 - len(finished_before)
     assert doc["budget"] == 1024
     assert doc["slo"]["tbt_ms"] == 46 and doc["exhaustive"] is True
     assert doc["settings"]["traffic"] == json.loads((run_dir / "sweep.json").read_text())["traffic"]
@@ -214,7 +204,7 @@ def test_resume_after_kill_reruns_nothing_finished(
     assert refused.returncode == 2
     first = refused.stderr.splitlines()[0]
     assert first == (
-        f"error: --resume: {run_dir} was a sweep with --budgets 1024,2048,3072,4096, --slo-tbt "
+        f"error: --resume: {run_dir} was a sweep with --budgets 1024,2048,3072, --slo-tbt "
         "46ms; this command gives --budgets 512, --slo-tbt 50ms"
     ), refused.stderr
     assert "candidates" not in refused.stderr and "Traceback" not in refused.stderr

@@ -18,20 +18,12 @@ import time
 from pathlib import Path
 
 import pytest
+from rising_tbt import ANSWER, SEARCH, SweepRun
 
 pytestmark = pytest.mark.slow
 
-# The workload of test_sweep_e2e.py: p99 TBT rises steadily with the budget (the simulator
-# predicts 15, 30, 58 and 86 ms at 512, 1024, 2048 and 3072 in the seed calibration; in the
-# measured one 2048 reads 44 ms, inside this test's margin), p99 TTFT near 300 ms; with a 46 ms
-# TBT SLO the answer is 1024.
-WORKLOAD = [
-    "--engine", "sim", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--calibration", "seed",
-    "--prompt-dist", "lognormal:mean=1500,sigma=0.5,max=6000",
-    "--output-dist", "lognormal:mean=64,sigma=0.5,max=256",
-    "--rate", "16", "--requests", "60", "--seed", "0", "--slo-ttft", "1s", "--slo-tbt", "46ms",
-    "--budgets", "512,1024,2048,3072,4096", "--max-replays", "1",
-]  # fmt: skip
+# rising_tbt.SEARCH: with a 46 ms TBT SLO the answer is 1024, one replay per budget.
+WORKLOAD = SEARCH
 
 FAKE_NVIDIA_SMI = """#!{python}
 import sys
@@ -116,15 +108,13 @@ def test_gpu_slots_start_each_engine_on_its_own_gpus(
 
 @pytest.mark.timing  # two engines' verdicts, with margins for two
 def test_parallel_two_gives_the_sequential_answer_in_fewer_rounds(
-    budgettune_cmd: list[str], tmp_path: Path
+    sequential_search: SweepRun, budgettune_cmd: list[str], tmp_path: Path
 ) -> None:
-    one = sweep(budgettune_cmd, *WORKLOAD, "-o", str(tmp_path / "one"))
-    assert one.returncode == 0, one.stderr[-3000:]
     two = sweep(budgettune_cmd, *WORKLOAD, "--parallel", "2", "-o", str(tmp_path / "two"))
     assert two.returncode == 0, two.stderr[-3000:]
-    seq = json.loads((tmp_path / "one" / "recommendation.json").read_text())
+    seq = json.loads((sequential_search.run_dir / "recommendation.json").read_text())
     par = json.loads((tmp_path / "two" / "recommendation.json").read_text())
-    assert seq["budget"] == par["budget"] == 1024, [(p["budget"], p["tbt_ms"])
+    assert seq["budget"] == par["budget"] == ANSWER, [(p["budget"], p["tbt_ms"])
                                                      for p in par["points"]]  # fmt: skip
     assert seq["parallel"] == 1 and par["parallel"] == 2
     assert par["rounds"] < seq["rounds"], (par["rounds"], seq["rounds"])

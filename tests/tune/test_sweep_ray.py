@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_sweep_parallel import WORKLOAD, alive  # this folder is on sys.path under pytest
+from rising_tbt import SEARCH  # this folder is on sys.path under pytest
+from test_sweep_parallel import alive
 
 pytestmark = [pytest.mark.slow, pytest.mark.timing]  # verdicts on replays that share the cores
 
@@ -83,7 +84,7 @@ def test_a_killed_ray_worker_is_lost_requeued_once_then_resumed(
     watcher = threading.Thread(target=kill_the_1024_worker_twice, daemon=True)
     watcher.start()
     try:
-        first = sweep(budgettune_cmd, *WORKLOAD, "--ray", "local", "--parallel", "2",
+        first = sweep(budgettune_cmd, *SEARCH, "--ray", "local", "--parallel", "2",
                       "--budgets", "512,1024,2048", "-o", str(run_dir))  # fmt: skip
     finally:
         stop.set()
@@ -104,7 +105,7 @@ def test_a_killed_ray_worker_is_lost_requeued_once_then_resumed(
     assert "Traceback" not in first.stderr + resumed.stderr
     doc = json.loads((run_dir / "recommendation.json").read_text())
     by_budget = {p["budget"]: p for p in doc["points"]}
-    # the sequential answer (test_sweep_parallel.WORKLOAD: 1024 with 10+ ms of margin either side)
+    # the sequential answer (rising_tbt.SEARCH: 1024 with 10+ ms of margin either side)
     assert by_budget[1024]["status"] == "measured" and doc["budget"] == 1024
     # --resume keeps how the sweep ran
     assert doc["executor"] == "ray" and doc["parallel"] == 2
