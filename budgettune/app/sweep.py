@@ -217,6 +217,7 @@ def plan(
         decode_batch=baseline.decode_batch,
         context_tokens=context,
         align=config.align_tokens,
+        knee_found=config.knee_found,
     )
     candidates = (
         dataclasses.replace(derived, budgets=tuple(sorted(set(config.budgets))))

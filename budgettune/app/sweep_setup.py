@@ -269,6 +269,7 @@ class ModelPlan:
     step_model: StepModel | None = None
     source: str = ""
     kind: ModelSourceKind = ModelSourceKind.PROFILE
+    knee_found: bool | None = None  # of the profile given (None: none, or measured later)
 
 
 def model_plan(
@@ -301,13 +302,15 @@ def model_plan(
     step_model, source, kind = analytic_or_given_model(
         profile, model, card, engine, request.calibration
     )
+    given = profile is not None and str(profile) != ANALYTIC
+    knee_found = _knee_found(profile) if given and profile is not None else None
     detected = target.detected
     if detected is not None and detected.name and detected.preset is None:
         source += (
             f"; no GPU preset matches {detected.name}, so {DEFAULT_GPU}'s figures are used "
             "(--gpu names another)"
         )
-    return ModelPlan(None, step_model, source, kind)
+    return ModelPlan(None, step_model, source, kind, knee_found)
 
 
 def _say_setup(
@@ -344,6 +347,7 @@ class ChosenModel:
     source: str
     kind: ModelSourceKind
     gpu_card: GPU | None
+    knee_found: bool | None  # of the profile behind it (None: the roofline)
 
 
 def _chosen_model(
@@ -357,10 +361,11 @@ def _chosen_model(
     profile step, whose GPU then sizes the predictions unless one was named."""
     if plan.profiling is None:
         assert plan.step_model is not None
-        return ChosenModel(plan.step_model, plan.source, plan.kind, gpu_card)
+        return ChosenModel(plan.step_model, plan.source, plan.kind, gpu_card, plan.knee_found)
     step_model, source = _measure_first(plan.profiling, run_dir, say, profile_step)
     card = gpu_card or _profile_gpu(run_dir / PROFILE_FILE)
-    return ChosenModel(step_model, source, plan.kind, card)
+    knee_found = _knee_found(run_dir / PROFILE_FILE)
+    return ChosenModel(step_model, source, plan.kind, card, knee_found)
 
 
 def _sweep_config(
@@ -390,6 +395,7 @@ def _sweep_config(
         step_model=chosen.step_model,
         model_source=chosen.source,
         model_source_kind=chosen.kind,
+        knee_found=chosen.knee_found,
         scheduler=predictions_scheduler(
             chosen.step_model,
             gpu_card,
@@ -677,6 +683,14 @@ def _measure_first(
         f"{config.output.with_suffix('.html')}); {ridge}"
     )
     return profile_step_model(measured), f"calibrated profile {config.output} (measured first)"
+
+
+def _knee_found(path: Path) -> bool | None:
+    """Whether the profile at ``path`` found a knee (None: it fitted no ridge)."""
+    from budgettune.model.profile import load_profile
+
+    ridge = load_profile(path).ridge
+    return None if ridge is None else ridge.knee_found
 
 
 def _profile_gpu(path: Path) -> GPU | None:

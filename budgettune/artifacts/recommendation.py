@@ -97,6 +97,7 @@ def recommendation_document(
                 "floor_tokens": candidates.floor_tokens,
                 "ceiling_tokens": candidates.ceiling_tokens,
                 "ridge_tokens": candidates.ridge_tokens,
+                "knee_found": candidates.knee_found,
                 "decode_batch": candidates.decode_batch,
                 "align_tokens": config.align_tokens,
             },
@@ -204,6 +205,7 @@ class SweepDocument:
     hardware: Mapping[str, Any] = field(default_factory=dict)
     candidate_budgets: tuple[int, ...] = ()
     ridge_tokens: float | None = None
+    knee_found: bool | None = None  # of the profile behind the candidates (None: no profile)
     decode_batch: float | None = None
     predictions: Mapping[int, Predicted] = field(default_factory=dict)
     launches: int | None = None
@@ -303,6 +305,7 @@ def _document(
         if candidates is None
         else tuple(int(b) for b in candidates.data.get("budgets") or ()),
         ridge_tokens=None if candidates is None else candidates.number_or_none("ridge_tokens"),
+        knee_found=None if candidates is None else candidates.flag_or_none("knee_found"),
         decode_batch=None if candidates is None else candidates.number_or_none("decode_batch"),
         predictions=predictions,
         launches=fields.integer_or_none("launches"),

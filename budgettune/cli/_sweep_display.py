@@ -76,8 +76,8 @@ def run_with_progress(prepared: PreparedSweep, executor: Executor) -> SweepResul
                 f"({', '.join(map(str, candidates.budgets))})",
             )
             console_err.print(
-                f"candidates: {', '.join(map(str, candidates.budgets))} (ridge "
-                f"{candidates.ridge_tokens:.0f} tokens, expected decode batch "
+                f"candidates: {', '.join(map(str, candidates.budgets))} "
+                f"({candidates.ridge_text}, expected decode batch "
                 f"{candidates.decode_batch:.0f})",
                 highlight=False,
             )

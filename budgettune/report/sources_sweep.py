@@ -55,6 +55,7 @@ from budgettune.report.sources import (
     with_value,
     workload_from_records,
 )
+from budgettune.tune.candidates import ridge_text
 from budgettune.tune.point import PercentilesMs, Point, Predicted, Status
 from budgettune.tune.sweep_config import ModelSourceKind
 
@@ -405,7 +406,7 @@ def _verdict(document: SweepDocument, sweep: SweepInput, slo: Slo) -> Verdict:
             (
                 "candidates",
                 ", ".join(str(b) for b in document.candidate_budgets)
-                + f" (ridge P* {document.ridge_tokens or 0:.0f} tokens, expected "
+                + f" ({ridge_text(document.ridge_tokens, document.knee_found)}, expected "
                 f"decode batch {document.decode_batch or 0:.3g})",
             )
         )

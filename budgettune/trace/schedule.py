@@ -69,7 +69,13 @@ def arrival_times_s(
     process: str = "poisson",
     burstiness: float = 1.0,
 ) -> FloatArray:
-    """``n`` arrival times in seconds, the first at 0, mean gap 1 / rate.
+    """``n`` arrival times in seconds, the first at 0 and the last at (n - 1) / rate: the
+    schedule's realised rate (:attr:`Schedule.rate_per_s`) is the rate asked.
+
+    Drawn gaps are scaled together so that they span exactly that: for Poisson arrivals this is
+    the process conditioned on its count (the arrivals between the first and the last are then
+    sorted uniforms), and ``gamma`` keeps its shape. Unscaled, 200 Poisson arrivals at 2.5/s
+    realised 2.21/s and seed 0 of 8/s realised 7.07: a pass measured 12% lighter than asked.
 
     ``gamma`` follows ``vllm bench serve --burstiness``: the gaps' gamma shape is ``burstiness``,
     so 1 is Poisson, below 1 burstier (CV = 1 / sqrt(burstiness)), above 1 more regular.
@@ -93,7 +99,10 @@ def arrival_times_s(
             f"unknown arrival process {process!r}; use poisson or gamma", field="arrivals"
         )
     gaps[0] = 0.0
-    return np.cumsum(gaps)
+    times = np.cumsum(gaps)
+    if n >= 2 and times[-1] > 0:
+        times *= ((n - 1) / rate_per_s) / times[-1]
+    return times
 
 
 def synthetic_schedule(

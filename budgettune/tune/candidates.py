@@ -22,6 +22,22 @@ class Candidates:
     ceiling_tokens: int | None  # None: even the floor's iteration breaks the TBT SLO
     decode_batch: float
     ridge_tokens: float
+    # whether the step-time model's profile found a knee (None: no profile, e.g. the roofline)
+    knee_found: bool | None = None
+
+    @property
+    def ridge_text(self) -> str:
+        """What the floor comes from, in words: see :func:`ridge_text`."""
+        return ridge_text(self.ridge_tokens, self.knee_found)
+
+
+def ridge_text(ridge_tokens: float | None, knee_found: bool | None) -> str:
+    """The candidates' floor in words. Where the profile found no knee the fitted model's ridge
+    is not a measured figure (two runs on one CPU said 66 and 9 tokens), so it is not shown."""
+    if knee_found is False:
+        return "no ridge: the profile found no knee, so the floor is the fitted model's"
+    where = " (the profile's knee)" if knee_found else ""
+    return f"ridge {ridge_tokens or 0:.0f} tokens{where}"
 
 
 def round_up(value: float, align: int) -> int:
@@ -46,6 +62,7 @@ def budget_candidates(
     context_tokens: float,
     align: int = 256,
     max_budget_tokens: int = 65536,
+    knee_found: bool | None = None,
 ) -> Candidates:
     """Multiples of ``align`` from the floor to the ceiling, plus one step above the ceiling to
     show the cliff. With no ceiling (the floor already breaks the SLO), the floor alone and one
@@ -68,4 +85,5 @@ def budget_candidates(
         ceiling_tokens=ceiling,
         decode_batch=decode_batch,
         ridge_tokens=model.ridge_tokens,
+        knee_found=knee_found,
     )

@@ -178,8 +178,8 @@ def recommend(
         smallest = measured[0]
         advice = (
             f"TBT binds: even {smallest.budget} gives {p} TBT {_ms(smallest.tbt_ms)} > "
-            f"{slo_tbt}. A smaller budget pays a full weight read per chunk (ridge "
-            f"{candidates.ridge_tokens:.0f} tokens); lower the rate, loosen the TBT SLO, add GPUs "
+            f"{slo_tbt}. A smaller budget pays a full weight read per chunk "
+            f"({candidates.ridge_text}); lower the rate, loosen the TBT SLO, add GPUs "
             "(tensor parallel), or separate prefill from decode (disaggregation)."
         )
     elif ttft_fail and not tbt_fail:

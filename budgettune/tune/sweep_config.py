@@ -60,6 +60,8 @@ class SweepConfig:
     requests: int | None = None  # requests in the schedule
     # The kind of model_source; None: the caller did not say (the report adds no note).
     model_source_kind: ModelSourceKind | None = None
+    # Whether the profile behind step_model found a knee; None: no profile (the roofline).
+    knee_found: bool | None = None
 
     @property
     def quantile(self) -> float:

@@ -39,3 +39,18 @@ def test_impossible_slo_keeps_floor_and_one_step() -> None:
     c = budget_candidates(H100_8B, slo_tbt_s=0.001, decode_batch=16, context_tokens=1000)
     assert c.ceiling_tokens is None
     assert c.budgets == (256, 512)
+
+
+def test_the_floor_names_a_ridge_only_where_the_profile_found_a_knee() -> None:
+    """A fitted model's F / B without a knee is no measured ridge (one CPU profile gave 66, the
+    next 9 tokens): the words say so instead of printing it as the ridge."""
+    kwargs = {"slo_tbt_s": 0.05, "decode_batch": 64, "context_tokens": 1200, "align": 256}
+    roofline = budget_candidates(H100_8B, **kwargs)  # type: ignore[arg-type]
+    knee = budget_candidates(H100_8B, knee_found=True, **kwargs)  # type: ignore[arg-type]
+    no_knee = budget_candidates(H100_8B, knee_found=False, **kwargs)  # type: ignore[arg-type]
+    assert roofline.ridge_text == "ridge 221 tokens"
+    assert knee.ridge_text == "ridge 221 tokens (the profile's knee)"
+    assert no_knee.ridge_text == (
+        "no ridge: the profile found no knee, so the floor is the fitted model's"
+    )
+    assert no_knee.budgets == knee.budgets  # the same floor, only the words differ

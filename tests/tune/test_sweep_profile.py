@@ -38,3 +38,28 @@ def test_sim_engine_runs_the_sweeps_profile(budgettune_cmd: list[str], tmp_path:
         # Engine and prediction share t0 = 40 ms + ~8 ms of decode; presets would give ~6.5 ms.
         assert measured_ms > 40 and predicted_ms > 40
         assert abs(measured_ms / predicted_ms - 1) < 0.2, (measured_ms, predicted_ms)
+
+
+@pytest.mark.timing  # a sweep on the embedded engine (its verdict is not what is checked)
+def test_a_profile_without_a_knee_is_not_shown_as_a_ridge(
+    budgettune_cmd: list[str], tmp_path: Path
+) -> None:
+    data = json.loads(PROFILE_8B.read_text())
+    data["ridge"]["knee_found"] = False
+    flat = tmp_path / "no-knee.json"
+    flat.write_text(json.dumps(data))
+    run_dir = tmp_path / "run"
+    result = subprocess.run(
+        [*budgettune_cmd, "sweep", "--engine", "sim", "--profile", str(flat),
+         "--prompt-dist", "fixed:200", "--output-dist", "fixed:8", "--rate", "4",
+         "--requests", "8", "--baseline", "none", "--slo-tbt", "200ms", "-o", str(run_dir)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    said = " ".join(result.stderr.split())
+    assert "(no ridge: the profile found no knee, so the floor is the fitted model's" in said
+    assert "ridge 3" not in said  # the fitted F / B (325 tokens) is not printed as the ridge
+    doc = json.loads((run_dir / "recommendation.json").read_text())
+    assert doc["candidates"]["knee_found"] is False
+    page = (run_dir / "report.html").read_text()
+    assert "no ridge: the profile found no knee" in page
