@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs budgettune's dependencies, with the test, torch, ray and aic extras, into a virtual
+# Installs budgettune's dependencies, with the test, torch, ray, aic and docs extras, into a virtual
 # environment of their own, without budgettune itself: scripts/setup-dev.sh keeps it in a cache
 # shared by every checkout, and each checkout's .venv layers its own editable budgettune on top.
 # Usage: scripts/install-deps.sh VENV_DIR
@@ -11,7 +11,7 @@ set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 torch_version=2.13.0
-extras=(test torch ray aic)
+extras=(test torch ray aic docs)
 python="${PYTHON:-$(command -v python3.11 || command -v python3)}"
 log() { printf '[install-deps] %s\n' "$*" >&2; }
 

@@ -69,15 +69,15 @@ def test_imported_libraries_are_declared() -> None:
     assert {"httpx", "httpcore", "prometheus-client", "typer"} <= declared
     # engines run in their own environment, never as an extra of budgettune's; Ray (sweep --ray)
     # is one, and the dev setup installs it for its tests; aic is a library budgettune imports
-    # itself (profiling/aiconfigurator.py), pinned to the version it reads
-    assert set(PROJECT["optional-dependencies"]) == {"torch", "test", "ray", "aic"}
-    # the dependencies setup-dev.sh caches are pyproject's, read from it, with all four extras
+    # itself (profiling/aiconfigurator.py), pinned to the version it reads; docs builds the site
+    assert set(PROJECT["optional-dependencies"]) == {"torch", "test", "ray", "aic", "docs"}
+    # the dependencies setup-dev.sh caches are pyproject's, read from it, with all five extras
     installed = subprocess.run(
         ["bash", str(ROOT / "scripts" / "install-deps.sh"), "--requirements"],
         capture_output=True, text=True, check=True,
     ).stdout.splitlines()  # fmt: skip
     wanted = list(PROJECT["dependencies"])
-    for extra in ("test", "torch", "ray", "aic"):
+    for extra in ("test", "torch", "ray", "aic", "docs"):
         wanted += PROJECT["optional-dependencies"][extra]
     assert set(wanted) <= set(installed), set(wanted) - set(installed)
     assert PROJECT["optional-dependencies"]["aic"] == ["aiconfigurator-core==0.12.0"]
