@@ -13,11 +13,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from budgettune.app.client import client_settings, without_key
+from budgettune.app.client import ClientSettings, client_settings, without_key
 from budgettune.app.launch import launch_spec, resolve_engine
 from budgettune.app.outputs import RESULTS_FOLDER, claim_folder
 from budgettune.app.replay import ReplayConfig
-from budgettune.app.requests import DEFAULT_GPU, DEFAULT_MODEL, REPLAY_REQUESTS, ReplayRequest
+from budgettune.app.requests import (
+    DEFAULT_GPU,
+    DEFAULT_MODEL,
+    REPLAY_REQUESTS,
+    ReplayRequest,
+    TrafficRequest,
+)
 from budgettune.app.simulate import parse_budgets
 from budgettune.app.traffic import Traffic, build_traffic, max_model_len_tokens
 from budgettune.core.errors import SpecError
@@ -25,6 +31,7 @@ from budgettune.core.hardware import HardwareFacts, resolve_gpu, resolve_model
 from budgettune.core.limits import check_port
 from budgettune.core.slo import SLO
 from budgettune.core.units import parse_duration_s
+from budgettune.engines.base import LaunchSpec
 from budgettune.loadgen.runner import MERGED_MODES, RunOptions
 
 DEFAULT_REQUESTS = REPLAY_REQUESTS  # synthetic traffic without --requests
@@ -66,28 +73,8 @@ def prepare_replay(
     if request.port is not None:
         check_port(request.port, field="port")
     launch, url, model, gpu = request.launch, request.url, request.model, request.gpu
-    engine, why = resolve_engine(request.engine, url, launch.engine_cmd)
-    if request.engine.strip().lower() == "auto" and url is None:
-        say(why)
-    if engine == "external":
-        for field, value in (("budget", request.budget), ("port", request.port), ("model", model)):
-            if value is not None:
-                raise SpecError("not with --url (the server is already configured)", field=field)
-    elif engine != "sim" and not model:
-        raise SpecError(f"the {engine} engine needs a model (a folder or an id)", field="model")
-    if engine == "sim":  # the launched engine would fail on them: refuse them here, at once
-        resolve_model(model or DEFAULT_MODEL)
-        resolve_gpu(gpu or DEFAULT_GPU)
-    budget_tokens: int | None = None  # None with chunked: the engine's default budget
-    chunked = True
-    if request.budget is not None:
-        budgets = parse_budgets(request.budget, field="budget")
-        if len(budgets) != 1:
-            raise SpecError(
-                f"one budget per replay, got {request.budget!r} (see `sweep`)", field="budget"
-            )
-        budget_tokens = budgets[0]
-        chunked = budget_tokens is not None
+    engine = _replay_engine(request, say)
+    budget_tokens, chunked = _replay_budget(request)
     traffic_request = request.traffic
     if (
         client.concurrency is not None
@@ -121,16 +108,7 @@ def prepare_replay(
         port=request.port,
         log_path=None if engine == "external" else out_dir / f"engine-{label}.log",
     )
-    run = RunOptions(
-        merged_chunks=request.merged_chunks,
-        max_error_rate=request.max_error_rate,
-        request_timeout_s=parse_duration_s(request.request_timeout, field="request_timeout"),
-        seed=traffic_request.seed,
-        warmup_requests=request.warmup,
-        endpoint=client.endpoint,
-        concurrency=client.concurrency,
-        continuous_usage=client.continuous_usage,
-    )
+    run = _replay_run_options(request, client, traffic_request.seed)
     t = traffic_request
     facts = hardware_facts(engine, model, gpu)
     config = ReplayConfig(
@@ -141,29 +119,96 @@ def prepare_replay(
         output_dir=out_dir,
         write_report=True,
         command=without_key(command),
-        config=dict(
-            engine=engine, url=url, budget=budget_tokens, chunked_prefill=chunked,
-            max_num_seqs=launch.max_num_seqs, model=model, gpu=gpu, engine_cmd=launch.engine_cmd,
-            env=list(launch.env), engine_args=list(spec.extra_args), dtype=launch.dtype,
-            tensor_parallel_size=launch.tensor_parallel_size,
-            gpu_memory_utilization=launch.gpu_memory_utilization,
-            prefix_caching=launch.prefix_caching, health_timeout_s=spec.health_timeout_s,
-            trace=str(t.trace) if t.trace else None, format=t.format, arrivals=t.arrivals,
-            rate=t.rate, burstiness=t.burstiness, time_scale=t.time_scale, window=t.window,
-            requests=t.requests, duration=t.duration, max_model_len=t.max_model_len,
-            on_long=t.on_long, seed=t.seed, prompt_dist=t.prompt_dist,
-            output_dist=t.output_dist, warmup=request.warmup,
-            merged_chunks=request.merged_chunks, max_error_rate=request.max_error_rate,
-            request_timeout=request.request_timeout, slo_tbt_s=slo_tbt_s,
-            slo_ttft_s=slo_ttft_s, percentile=request.percentile,
-            python_version=platform.python_version(),
-            trace_sha256=traffic.report.sha256 if traffic.report else None,
-            **client.to_json(),
+        config=_replay_settings(
+            request, engine, (budget_tokens, chunked), spec, t, (slo_tbt_s, slo_ttft_s), traffic,
+            client,
         ),
         hardware=None if facts is None else facts.to_json(),
         rate_per_s=t.rate if client.concurrency is None else None,
     )  # fmt: skip
     return PreparedReplay(config, traffic, slo)
+
+
+def _replay_run_options(request: ReplayRequest, client: ClientSettings, seed: int) -> RunOptions:
+    """The load generator's options for the replay."""
+    return RunOptions(
+        merged_chunks=request.merged_chunks,
+        max_error_rate=request.max_error_rate,
+        request_timeout_s=parse_duration_s(request.request_timeout, field="request_timeout"),
+        seed=seed,
+        warmup_requests=request.warmup,
+        endpoint=client.endpoint,
+        concurrency=client.concurrency,
+        continuous_usage=client.continuous_usage,
+    )
+
+
+def _replay_settings(
+    request: ReplayRequest,
+    engine: str,
+    budget: tuple[int | None, bool],
+    spec: LaunchSpec,
+    t: TrafficRequest,
+    slos_s: tuple[float | None, float | None],
+    traffic: Traffic,
+    client: ClientSettings,
+) -> dict[str, object]:
+    """What results.json records of how the replay was asked for and run."""
+    launch, url, model, gpu = request.launch, request.url, request.model, request.gpu
+    budget_tokens, chunked = budget
+    slo_tbt_s, slo_ttft_s = slos_s
+    return dict(
+        engine=engine, url=url, budget=budget_tokens, chunked_prefill=chunked,
+        max_num_seqs=launch.max_num_seqs, model=model, gpu=gpu, engine_cmd=launch.engine_cmd,
+        env=list(launch.env), engine_args=list(spec.extra_args), dtype=launch.dtype,
+        tensor_parallel_size=launch.tensor_parallel_size,
+        gpu_memory_utilization=launch.gpu_memory_utilization,
+        prefix_caching=launch.prefix_caching, health_timeout_s=spec.health_timeout_s,
+        trace=str(t.trace) if t.trace else None, format=t.format, arrivals=t.arrivals,
+        rate=t.rate, burstiness=t.burstiness, time_scale=t.time_scale, window=t.window,
+        requests=t.requests, duration=t.duration, max_model_len=t.max_model_len,
+        on_long=t.on_long, seed=t.seed, prompt_dist=t.prompt_dist,
+        output_dist=t.output_dist, warmup=request.warmup,
+        merged_chunks=request.merged_chunks, max_error_rate=request.max_error_rate,
+        request_timeout=request.request_timeout, slo_tbt_s=slo_tbt_s,
+        slo_ttft_s=slo_ttft_s, percentile=request.percentile,
+        python_version=platform.python_version(),
+        trace_sha256=traffic.report.sha256 if traffic.report else None,
+        **client.to_json(),
+    )  # fmt: skip
+
+
+def _replay_engine(request: ReplayRequest, say: Callable[[str], None]) -> str:
+    """The engine the replay runs on (``auto`` resolved, and said), its options checked: a
+    server you run takes no budget, port or model; a launched real engine needs a model; the
+    built-in engine's presets are refused here, before it would fail on them."""
+    url, model = request.url, request.model
+    engine, why = resolve_engine(request.engine, url, request.launch.engine_cmd)
+    if request.engine.strip().lower() == "auto" and url is None:
+        say(why)
+    if engine == "external":
+        for field, value in (("budget", request.budget), ("port", request.port), ("model", model)):
+            if value is not None:
+                raise SpecError("not with --url (the server is already configured)", field=field)
+    elif engine != "sim" and not model:
+        raise SpecError(f"the {engine} engine needs a model (a folder or an id)", field="model")
+    if engine == "sim":  # the launched engine would fail on them: refuse them here, at once
+        resolve_model(model or DEFAULT_MODEL)
+        resolve_gpu(request.gpu or DEFAULT_GPU)
+    return engine
+
+
+def _replay_budget(request: ReplayRequest) -> tuple[int | None, bool]:
+    """The one budget replayed and whether prefill is chunked: (None, True) is the engine's own
+    default budget, (None, False) ``--budget none``."""
+    if request.budget is None:
+        return None, True
+    budgets = parse_budgets(request.budget, field="budget")
+    if len(budgets) != 1:
+        raise SpecError(
+            f"one budget per replay, got {request.budget!r} (see `sweep`)", field="budget"
+        )
+    return budgets[0], budgets[0] is not None
 
 
 def judged_slo(tbt_s: float | None, ttft_s: float | None, percentile: float) -> SLO | None:

@@ -99,23 +99,7 @@ def prepare_simulation(
         parse_duration_s(request.slo_tbt, field="slo_tbt"),
         parse_duration_s(request.slo_ttft, field="slo_ttft"),
     )
-    traffic_request = request.traffic
-    if traffic_request.trace is None:  # simulate's own synthetic defaults, not the shared ones
-        traffic_request = replace(
-            traffic_request,
-            rate=DEFAULT_RATE_PER_S if traffic_request.rate is None else traffic_request.rate,
-            output_dist=traffic_request.output_dist or DEFAULT_OUTPUT_DIST,
-        )
-    traffic = build_traffic(traffic_request, default_requests=DEFAULT_REQUESTS, on_warning=warn)
-    first = traffic.schedule
-    rate = traffic_request.rate
-    start_rate = first.rate_per_s if rate is None else rate
-    if not math.isfinite(start_rate):
-        raise SpecError(
-            f"{len(first)} request(s) with no time span have no arrival rate; "
-            "give --arrivals poisson --rate R",
-            field="trace",
-        )
+    traffic, start_rate = _simulation_traffic(request, warn)
     model = request.model
     gpu = gpu_of(model)
     model_label = ""
@@ -172,6 +156,31 @@ def prepare_simulation(
         ridge_label=ridge_label,
         options=options,
     )
+
+
+def _simulation_traffic(
+    request: SimulateRequest, warn: Callable[[str], None]
+) -> tuple[Traffic, float]:
+    """The traffic simulated (a trace, or simulate's own synthetic defaults, not the shared
+    ones) and the rate its first point runs at."""
+    traffic_request = request.traffic
+    if traffic_request.trace is None:
+        traffic_request = replace(
+            traffic_request,
+            rate=DEFAULT_RATE_PER_S if traffic_request.rate is None else traffic_request.rate,
+            output_dist=traffic_request.output_dist or DEFAULT_OUTPUT_DIST,
+        )
+    traffic = build_traffic(traffic_request, default_requests=DEFAULT_REQUESTS, on_warning=warn)
+    first = traffic.schedule
+    rate = traffic_request.rate
+    start_rate = first.rate_per_s if rate is None else rate
+    if not math.isfinite(start_rate):
+        raise SpecError(
+            f"{len(first)} request(s) with no time span have no arrival rate; "
+            "give --arrivals poisson --rate R",
+            field="trace",
+        )
+    return traffic, start_rate
 
 
 def write_simulation(

@@ -378,7 +378,7 @@ def _sweep_config(
     budgets: SweepBudgets,
     load: SweepTraffic,
     run_dir: Path,
-    settings: dict[str, Any],
+    settings: Mapping[str, object],
     command: tuple[str, ...],
 ) -> SweepConfig:
     """The steps' outcomes as the one config the sweep runs."""

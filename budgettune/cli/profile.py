@@ -22,8 +22,8 @@ from budgettune.cli._common import console, console_err, print_json, with_profil
 from budgettune.core.units import format_ms
 
 if TYPE_CHECKING:  # the profile pipeline (numpy, the engines) loads when the command runs
-    from budgettune.app.profile import ProfileOutcome
-    from budgettune.model.profile import Profile
+    from budgettune.app.profile import BudgetSummary, ProfileOutcome
+    from budgettune.model.profile import Profile, StepFit
 
 # How `profile` measures (budgettune.app.profile.ENGINES, written out for the help: a test
 # checks they agree).
@@ -336,15 +336,36 @@ def _title(p: Profile) -> str:
 
 
 def _print_tables(outcome: ProfileOutcome) -> None:
-    from rich.table import Table
-
+    """The profile as the terminal shows it: the prefill curve and its ridge, the step-time
+    model and its fit, the largest budget per TBT target, then what was left out and where the
+    files are."""
     p = outcome.profile
     console.print(f"[bold]{_title(p)}[/bold]  [dim]{p.label}[/dim]")
-    ridge = p.ridge
+    _print_ridge(outcome)
+    if p.step is not None:
+        _print_step_model(p)
+        _print_fit_errors(p.step)
+    if outcome.summary is not None:
+        _print_budgets(outcome.summary)
+    if p.skipped:
+        console.print(
+            f"[yellow]note:[/yellow] {len(p.skipped)} probe(s) left out to keep within the "
+            f"{p.time_budget_s:g} s time budget (--time-budget), the largest: {p.skipped[-1]}",
+            highlight=False,
+        )
+    took = f" in {p.elapsed_s:.1f} s" if p.elapsed_s else ""
+    console.print(f"profile{took}: {outcome.json_path} (curve: {outcome.csv_path})")
+
+
+def _print_ridge(outcome: ProfileOutcome) -> None:
+    """The prefill curve's knee (or its absence), the fitted roofline P*, the linear fit and
+    the budget floor."""
+    from rich.table import Table
+
+    ridge, summary = outcome.profile.ridge, outcome.summary
     table = Table(title="Prefill curve and ridge", title_justify="left")
     table.add_column("")
     table.add_column("value")
-    summary = outcome.summary
     if ridge is not None:
         if ridge.knee_found and ridge.knee_tokens is not None:
             ci = ""
@@ -371,81 +392,86 @@ def _print_tables(outcome: ProfileOutcome) -> None:
         floor = f"{summary.floor_tokens} tokens" if summary.floor_tokens else "-"
         table.add_row("budget floor", f"{floor} ({summary.floor_reason})")
     console.print(table)
+
+
+def _print_step_model(p: Profile) -> None:
+    """The step-time model's parameters beside the presets'."""
+    from rich.table import Table
+
     step = p.step
-    if step is not None:
-        fit = Table(
-            title=f"Step-time model ({step.accounting} accounting), {step.mode}: "
-            f"{step.mode_reason}",
-            title_justify="left",
+    assert step is not None
+    fit = Table(
+        title=f"Step-time model ({step.accounting} accounting), {step.mode}: {step.mode_reason}",
+        title_justify="left",
+    )
+    fitted = "profile" if p.kind == "analytic" else "fitted"
+    for column in ("parameter", fitted, "preset", f"{fitted} / preset"):
+        fit.add_column(column)
+    preset = step.preset or {}
+    kv_bw = step.kv_bytes_per_s or step.bytes_per_s
+    for name, key, unit in (
+        ("achievable compute F", "flops_per_s", "FLOP/s"),
+        ("weight bandwidth B", "bytes_per_s", "B/s"),
+        ("KV-cache bandwidth", "kv_bytes_per_s", "B/s"),
+        ("CPU time t0", "overhead_s", "s"),
+        ("CPU time per sequence", "overhead_per_seq_s", "s"),
+    ):
+        value: float = kv_bw if key == "kv_bytes_per_s" else getattr(step, key)
+        ref = preset.get(key)
+        text = format_ms(value) if unit == "s" else _si(value, unit)
+        ref_text = "-" if ref is None else (format_ms(ref) if unit == "s" else _si(ref, unit))
+        share = "-" if not ref else f"{value / ref:.2f}"
+        fit.add_row(name, text, ref_text, share)
+    sharpness = "hard max" if step.sharpness is None else f"p = {step.sharpness:.3g}"
+    fit.add_row("knee sharpness", sharpness, "-", "-")
+    if step.request_overhead_s is not None:
+        per_token_us = (step.request_overhead_s_per_token or 0.0) * 1e6
+        per_token = f" + {per_token_us:.2g} µs/token" if per_token_us >= 0.005 else ""
+        fit.add_row(
+            "request overhead (TTFT)", f"{format_ms(step.request_overhead_s)}{per_token}", "-", "-"
         )
-        fitted = "profile" if p.kind == "analytic" else "fitted"
-        for column in ("parameter", fitted, "preset", f"{fitted} / preset"):
-            fit.add_column(column)
-        preset = step.preset or {}
-        kv_bw = step.kv_bytes_per_s or step.bytes_per_s
-        for name, key, unit in (
-            ("achievable compute F", "flops_per_s", "FLOP/s"),
-            ("weight bandwidth B", "bytes_per_s", "B/s"),
-            ("KV-cache bandwidth", "kv_bytes_per_s", "B/s"),
-            ("CPU time t0", "overhead_s", "s"),
-            ("CPU time per sequence", "overhead_per_seq_s", "s"),
-        ):
-            value: float = kv_bw if key == "kv_bytes_per_s" else getattr(step, key)
-            ref = preset.get(key)
-            text = format_ms(value) if unit == "s" else _si(value, unit)
-            ref_text = "-" if ref is None else (format_ms(ref) if unit == "s" else _si(ref, unit))
-            share = "-" if not ref else f"{value / ref:.2f}"
-            fit.add_row(name, text, ref_text, share)
-        sharpness = "hard max" if step.sharpness is None else f"p = {step.sharpness:.3g}"
-        fit.add_row("knee sharpness", sharpness, "-", "-")
-        if step.request_overhead_s is not None:
-            per_token_us = (step.request_overhead_s_per_token or 0.0) * 1e6
-            per_token = f" + {per_token_us:.2g} µs/token" if per_token_us >= 0.005 else ""
-            fit.add_row(
-                "request overhead (TTFT)",
-                f"{format_ms(step.request_overhead_s)}{per_token}",
-                "-",
-                "-",
-            )
-        console.print(fit)
-        errors = Table(title="Fit error (|model - measured| / measured)", title_justify="left")
-        for column in ("series", "probes", "median", "max", "held-out median", "held-out max"):
-            errors.add_column(column)
-        for series, err in step.errors.items():
-            held = step.holdout.get(series)
-            errors.add_row(
-                series,
-                str(err.count),
-                f"{err.median_rel_error:.1%}",
-                f"{err.max_rel_error:.1%}",
-                "-" if held is None else f"{held.median_rel_error:.1%}",
-                "-" if held is None else f"{held.max_rel_error:.1%}",
-            )
-        console.print(errors)
-        if step.holdout_all is not None:
-            pooled = step.holdout_all
-            console.print(
-                f"probes held out of the fit: median error {pooled.median_rel_error:.1%}, "
-                f"max {pooled.max_rel_error:.1%} over {pooled.count} probes"
-            )
-        for note in step.notes:
-            console.print(f"[yellow]note:[/yellow] {note}")
-    if summary is not None:
-        budgets = Table(
-            title=f"Largest budget per TBT target ({summary.typical_batch} decodes at context "
-            f"{summary.typical_context} beside one chunk)",
-            title_justify="left",
+    console.print(fit)
+
+
+def _print_fit_errors(step: StepFit) -> None:
+    """How far the model is from the probes, fitted and held out, and the fit's notes."""
+    from rich.table import Table
+
+    errors = Table(title="Fit error (|model - measured| / measured)", title_justify="left")
+    for column in ("series", "probes", "median", "max", "held-out median", "held-out max"):
+        errors.add_column(column)
+    for series, err in step.errors.items():
+        held = step.holdout.get(series)
+        errors.add_row(
+            series,
+            str(err.count),
+            f"{err.median_rel_error:.1%}",
+            f"{err.max_rel_error:.1%}",
+            "-" if held is None else f"{held.median_rel_error:.1%}",
+            "-" if held is None else f"{held.max_rel_error:.1%}",
         )
-        budgets.add_column("TBT target")
-        budgets.add_column("budget (tokens)")
-        for target, budget in summary.tbt_budgets:
-            budgets.add_row(format_ms(target), "unreachable" if budget is None else str(budget))
-        console.print(budgets)
-    if p.skipped:
+    console.print(errors)
+    if step.holdout_all is not None:
+        pooled = step.holdout_all
         console.print(
-            f"[yellow]note:[/yellow] {len(p.skipped)} probe(s) left out to keep within the "
-            f"{p.time_budget_s:g} s time budget (--time-budget), the largest: {p.skipped[-1]}",
-            highlight=False,
+            f"probes held out of the fit: median error {pooled.median_rel_error:.1%}, "
+            f"max {pooled.max_rel_error:.1%} over {pooled.count} probes"
         )
-    took = f" in {p.elapsed_s:.1f} s" if p.elapsed_s else ""
-    console.print(f"profile{took}: {outcome.json_path} (curve: {outcome.csv_path})")
+    for note in step.notes:
+        console.print(f"[yellow]note:[/yellow] {note}")
+
+
+def _print_budgets(summary: BudgetSummary) -> None:
+    """The largest budget that keeps an iteration within each TBT target."""
+    from rich.table import Table
+
+    budgets = Table(
+        title=f"Largest budget per TBT target ({summary.typical_batch} decodes at context "
+        f"{summary.typical_context} beside one chunk)",
+        title_justify="left",
+    )
+    budgets.add_column("TBT target")
+    budgets.add_column("budget (tokens)")
+    for target, budget in summary.tbt_budgets:
+        budgets.add_row(format_ms(target), "unreachable" if budget is None else str(budget))
+    console.print(budgets)

@@ -14,7 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 
-from budgettune.report.inputs import ProfileInput
+from budgettune.report.inputs import ProfileCurve, ProfileInput
 
 PASS_COLOR = "#1a7f37"
 FAIL_COLOR = "#cf222e"
@@ -148,54 +148,8 @@ def profile_chart(profile: ProfileInput) -> Chart:
     two-segment curve, P* with its confidence band, floor and ceilings, tile probes."""
     fig = go.Figure()
     for index, curve in enumerate(profile.curves):
-        color = MEASURED_COLOR if index == 0 else PREDICTED_COLOR
-        if index > 1:
-            color = sample_colorscale("Viridis", [min(0.9, 0.2 * index)])[0]
-        kind = "measured" if curve.measured else "model output"
-        if curve.lo_ms is not None and curve.hi_ms is not None:
-            fig.add_trace(
-                go.Scatter(
-                    x=round_sig(curve.tokens),
-                    y=round_sig(curve.hi_ms),
-                    mode="lines",
-                    line={"width": 0},
-                    hoverinfo="skip",
-                    showlegend=False,
-                )
-            )
-            fig.add_trace(
-                go.Scatter(
-                    x=round_sig(curve.tokens),
-                    y=round_sig(curve.lo_ms),
-                    mode="lines",
-                    line={"width": 0},
-                    fill="tonexty",
-                    fillcolor="rgba(9,105,218,0.15)" if index == 0 else "rgba(130,80,223,0.15)",
-                    name=f"{curve.label}: spread over repeats",
-                    hoverinfo="skip",
-                )
-            )
-        fig.add_trace(
-            go.Scatter(
-                x=round_sig(curve.tokens),
-                y=round_sig(curve.median_ms),
-                mode="markers" if curve.measured else "lines+markers",
-                marker={"color": color, "size": 7},
-                name=f"{curve.label} ({kind})",
-                hovertemplate="%{x:.0f} tokens: %{y:.3g} ms<extra></extra>",
-            )
-        )
-        if curve.fit_tokens is not None and curve.fit_ms is not None:
-            fig.add_trace(
-                go.Scatter(
-                    x=round_sig(curve.fit_tokens),
-                    y=round_sig(curve.fit_ms),
-                    mode="lines",
-                    line={"color": color, "dash": "dash", "width": 2},
-                    name=f"{curve.label}: fitted two-segment curve",
-                    hovertemplate="fit: %{x:.0f} tokens, %{y:.3g} ms<extra></extra>",
-                )
-            )
+        for trace in _curve_traces(curve, index):
+            fig.add_trace(trace)
     if profile.tile_probes:
         fig.add_trace(
             go.Scatter(
@@ -241,6 +195,60 @@ def profile_chart(profile: ProfileInput) -> Chart:
             )
         )
     return Chart("chart-profile", "Iteration time against tokens", fig, _profile_caption(profile))
+
+
+def _curve_traces(curve: ProfileCurve, index: int) -> list[go.Scatter]:
+    """One profile curve: its spread over repeats (shaded), its medians and its fitted curve."""
+    traces: list[go.Scatter] = []
+    color = MEASURED_COLOR if index == 0 else PREDICTED_COLOR
+    if index > 1:
+        color = sample_colorscale("Viridis", [min(0.9, 0.2 * index)])[0]
+    kind = "measured" if curve.measured else "model output"
+    if curve.lo_ms is not None and curve.hi_ms is not None:
+        traces.append(
+            go.Scatter(
+                x=round_sig(curve.tokens),
+                y=round_sig(curve.hi_ms),
+                mode="lines",
+                line={"width": 0},
+                hoverinfo="skip",
+                showlegend=False,
+            )
+        )
+        traces.append(
+            go.Scatter(
+                x=round_sig(curve.tokens),
+                y=round_sig(curve.lo_ms),
+                mode="lines",
+                line={"width": 0},
+                fill="tonexty",
+                fillcolor="rgba(9,105,218,0.15)" if index == 0 else "rgba(130,80,223,0.15)",
+                name=f"{curve.label}: spread over repeats",
+                hoverinfo="skip",
+            )
+        )
+    traces.append(
+        go.Scatter(
+            x=round_sig(curve.tokens),
+            y=round_sig(curve.median_ms),
+            mode="markers" if curve.measured else "lines+markers",
+            marker={"color": color, "size": 7},
+            name=f"{curve.label} ({kind})",
+            hovertemplate="%{x:.0f} tokens: %{y:.3g} ms<extra></extra>",
+        )
+    )
+    if curve.fit_tokens is not None and curve.fit_ms is not None:
+        traces.append(
+            go.Scatter(
+                x=round_sig(curve.fit_tokens),
+                y=round_sig(curve.fit_ms),
+                mode="lines",
+                line={"color": color, "dash": "dash", "width": 2},
+                name=f"{curve.label}: fitted two-segment curve",
+                hovertemplate="fit: %{x:.0f} tokens, %{y:.3g} ms<extra></extra>",
+            )
+        )
+    return traces
 
 
 def _profile_caption(profile: ProfileInput) -> str:

@@ -5,6 +5,9 @@ token timeline of a replay (tokens per request over time, stalls highlighted), d
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
 import numpy as np
 import numpy.typing as npt
 import plotly.graph_objects as go
@@ -161,6 +164,47 @@ def _end(request: TimelineRequest) -> float:
     return float(request.token_times_s[-1]) if len(request.token_times_s) else request.sent_s
 
 
+@dataclass(slots=True)
+class _TimelineMarks:
+    """The timeline's coordinates, row by row (None breaks a line between requests)."""
+
+    wait_x: list[float | None] = field(default_factory=list)
+    wait_y: list[float | None] = field(default_factory=list)
+    tok_x: list[float] = field(default_factory=list)
+    tok_y: list[int] = field(default_factory=list)
+    stall_x: list[float | None] = field(default_factory=list)
+    stall_y: list[float | None] = field(default_factory=list)
+    fail_x: list[float] = field(default_factory=list)
+    fail_y: list[int] = field(default_factory=list)
+
+
+def _timeline_marks(
+    chosen: Sequence[TimelineRequest], low: float, high: float, slo_s: float | None
+) -> _TimelineMarks:
+    """Each request's wait for its first token, its tokens inside [low, high], its gaps above
+    the SLO and where it failed."""
+    marks = _TimelineMarks()
+    for row, request in enumerate(chosen):
+        times = np.asarray(request.token_times_s, dtype=np.float64)
+        first = float(times[0]) if len(times) else _end(request)
+        marks.wait_x += [max(request.sent_s, low), min(first, high), None]
+        marks.wait_y += [row, row, None]
+        inside = times[(times >= low) & (times <= high)]
+        marks.tok_x += inside.tolist()
+        marks.tok_y += [row] * len(inside)
+        if slo_s is not None and len(times) >= 2:
+            gaps = np.diff(times)
+            for index in np.nonzero(gaps > slo_s)[0]:
+                a, b = float(times[index]), float(times[index + 1])
+                if b >= low and a <= high:
+                    marks.stall_x += [a, b, None]
+                    marks.stall_y += [row, row, None]
+        if request.failed:
+            marks.fail_x.append(min(_end(request), high))
+            marks.fail_y.append(row)
+    return marks
+
+
 def timeline_chart(timeline: TimelineInput) -> Chart | None:
     """Tokens per request over time: one row per request, a grey bar from send to first token, a
     dot per token, and gaps above the TBT SLO in red; None without requests."""
@@ -168,37 +212,12 @@ def timeline_chart(timeline: TimelineInput) -> Chart | None:
     if not chosen:
         return None
     slo_s = None if timeline.slo_tbt_ms is None else timeline.slo_tbt_ms / 1e3
-    wait_x: list[float | None] = []
-    wait_y: list[float | None] = []
-    tok_x: list[float] = []
-    tok_y: list[int] = []
-    stall_x: list[float | None] = []
-    stall_y: list[float | None] = []
-    fail_x: list[float] = []
-    fail_y: list[int] = []
-    for row, request in enumerate(chosen):
-        times = np.asarray(request.token_times_s, dtype=np.float64)
-        first = float(times[0]) if len(times) else _end(request)
-        wait_x += [max(request.sent_s, low), min(first, high), None]
-        wait_y += [row, row, None]
-        inside = times[(times >= low) & (times <= high)]
-        tok_x += inside.tolist()
-        tok_y += [row] * len(inside)
-        if slo_s is not None and len(times) >= 2:
-            gaps = np.diff(times)
-            for index in np.nonzero(gaps > slo_s)[0]:
-                a, b = float(times[index]), float(times[index + 1])
-                if b >= low and a <= high:
-                    stall_x += [a, b, None]
-                    stall_y += [row, row, None]
-        if request.failed:
-            fail_x.append(min(_end(request), high))
-            fail_y.append(row)
+    marks = _timeline_marks(chosen, low, high, slo_s)
     fig = go.Figure()
     fig.add_trace(
         go.Scatter(
-            x=round_sig(wait_x, 6),
-            y=wait_y,
+            x=round_sig(marks.wait_x, 6),
+            y=marks.wait_y,
             mode="lines",
             line={"color": "rgba(87,96,106,0.35)", "width": 5},
             name="waiting for the first token (TTFT)",
@@ -207,30 +226,30 @@ def timeline_chart(timeline: TimelineInput) -> Chart | None:
     )
     fig.add_trace(
         go.Scatter(
-            x=round_sig(tok_x, 6),
-            y=tok_y,
+            x=round_sig(marks.tok_x, 6),
+            y=marks.tok_y,
             mode="markers",
             marker={"color": MEASURED_COLOR, "size": 3},
             name="output token",
             hovertemplate="t=%{x:.4f} s<extra></extra>",
         )
     )
-    if stall_x:
+    if marks.stall_x:
         fig.add_trace(
             go.Scatter(
-                x=round_sig(stall_x, 6),
-                y=stall_y,
+                x=round_sig(marks.stall_x, 6),
+                y=marks.stall_y,
                 mode="lines",
                 line={"color": FAIL_COLOR, "width": 3},
                 name=f"gap above the TBT SLO ({format_ms_3sig(timeline.slo_tbt_ms)})",
                 hoverinfo="skip",
             )
         )
-    if fail_x:
+    if marks.fail_x:
         fig.add_trace(
             go.Scatter(
-                x=round_sig(fail_x, 6),
-                y=fail_y,
+                x=round_sig(marks.fail_x, 6),
+                y=marks.fail_y,
                 mode="markers",
                 marker={"symbol": "x", "size": 10, "color": "black"},
                 name="failed request",

@@ -100,89 +100,22 @@ def latency_vs_budget_chart(sweep: SweepInput, metric: str) -> Chart:
         finite.append(slo)
     top = max(finite) * 1.6 if finite else 1.0
     fig = go.Figure()
+    label = f"{pct_name(pct)} {name}"
     if any(v is not None for v in predicted):
-        fig.add_trace(
-            go.Scatter(
-                x=budgets,
-                y=round_sig([v if v is not None else math.nan for v in predicted]),
-                mode="lines+markers",
-                line={"color": PREDICTED_COLOR, "dash": "dash"},
-                connectgaps=True,
-                marker={"symbol": "circle-open", "size": 8},
-                name=f"{pct_name(pct)} {name} predicted (simulator)",
-                hovertemplate="budget %{x}: %{y:.3g} ms predicted<extra></extra>",
-            )
-        )
+        fig.add_trace(_predicted_trace(budgets, predicted, label))
     if any(v is not None for v in measured):
-        shown = [math.nan if v is None else (top if math.isinf(v) else v) for v in measured]
-        colors = [
-            NEUTRAL_COLOR if p.passed is None else (PASS_COLOR if p.passed else FAIL_COLOR)
-            for p in points
-        ]
-        intervals = [p.tbt_interval_ms if metric == "tbt" else p.ttft_interval_ms for p in points]
-        above, below = _error_bars(shown, intervals, top)
-        marginal = [p.confidence == "marginal" for p in points]
-        fig.add_trace(
-            go.Scatter(
-                x=budgets,
-                y=round_sig(shown),
-                mode="lines+markers",
-                connectgaps=True,
-                line={"color": MEASURED_COLOR},
-                error_y={
-                    "type": "data",
-                    "symmetric": False,
-                    "array": above,
-                    "arrayminus": below,
-                    "color": MEASURED_COLOR,
-                    "thickness": 1.2,
-                    "width": 5,
-                },
-                marker={
-                    "size": 10,
-                    "color": colors,
-                    "symbol": [
-                        "triangle-up"
-                        if v is not None and math.isinf(v)
-                        else ("circle-open" if m else "circle")
-                        for v, m in zip(measured, marginal, strict=True)
-                    ],
-                    "line": {"width": 2, "color": colors},
-                },
-                name=f"{pct_name(pct)} {name} measured, 95% interval (green pass, red fail; "
-                "hollow: marginal)",
-                text=[
-                    _measured_text(v, interval, p)
-                    for v, interval, p in zip(measured, intervals, points, strict=True)
-                ],
-                hovertemplate="budget %{x}: %{text}<extra></extra>",
-            )
-        )
-    style_layout(fig, x_title="token budget (tokens, log)", y_title=f"{pct_name(pct)} {name} (ms)")
+        fig.add_trace(_measured_trace(points, budgets, measured, metric, top, label))
+    style_layout(fig, x_title="token budget (tokens, log)", y_title=f"{label} (ms)")
     if budgets:
         budget_axis(fig, budgets + [b for b in (sweep.engine_default_budget,) if b])
     spread = max(finite) / max(min(finite), 1e-9) if finite else 1.0
     if spread > 30:
-        fig.update_yaxes(type="log", title_text=f"{pct_name(pct)} {name} (ms, log)")
+        fig.update_yaxes(type="log", title_text=f"{label} (ms, log)")
     else:
         fig.update_yaxes(rangemode="tozero")
     if slo is not None:
         hline(fig, slo, f"{name} SLO {format_ms_3sig(slo)}", SLO_COLOR)
-    none_point = next((p for p in sweep.points if p.budget_tokens is None), None)
-    none_value = (
-        _value(
-            none_point.measured_ttft
-            if none_point and metric == "ttft"
-            else (none_point.measured_tbt if none_point else None),
-            pct,
-        )
-        if none_point
-        else None
-    )
-    if none_point is not None and none_value is None:
-        none_value = _value(
-            none_point.predicted_ttft if metric == "ttft" else none_point.predicted_tbt, pct
-        )
+    none_value = _no_chunking_value(sweep, metric)
     if none_value is not None and math.isfinite(none_value):
         hline(fig, none_value, f"no chunking: {format_ms_3sig(none_value)}", NEUTRAL_COLOR, "dot")
     _budget_marks(fig, sweep)
@@ -190,10 +123,91 @@ def latency_vs_budget_chart(sweep: SweepInput, metric: str) -> Chart:
     chart_id = f"chart-{metric}-vs-budget"
     return Chart(
         chart_id,
-        f"{pct_name(pct)} {name} against budget",
+        f"{label} against budget",
         fig,
         _latency_caption(sweep, metric, points, measured, predicted, slo),
     )
+
+
+def _predicted_trace(budgets: list[int], predicted: list[float | None], label: str) -> go.Scatter:
+    """The simulator's figure at each budget, dashed."""
+    return go.Scatter(
+        x=budgets,
+        y=round_sig([v if v is not None else math.nan for v in predicted]),
+        mode="lines+markers",
+        line={"color": PREDICTED_COLOR, "dash": "dash"},
+        connectgaps=True,
+        marker={"symbol": "circle-open", "size": 8},
+        name=f"{label} predicted (simulator)",
+        hovertemplate="budget %{x}: %{y:.3g} ms predicted<extra></extra>",
+    )
+
+
+def _measured_trace(
+    points: Sequence[BudgetPoint],
+    budgets: list[int],
+    measured: list[float | None],
+    metric: str,
+    top: float,
+    label: str,
+) -> go.Scatter:
+    """The measured figure at each budget with its 95% interval: green pass, red fail, hollow
+    marginal, a triangle at the top for an infinite p99 (failed requests)."""
+    shown = [math.nan if v is None else (top if math.isinf(v) else v) for v in measured]
+    colors = [
+        NEUTRAL_COLOR if p.passed is None else (PASS_COLOR if p.passed else FAIL_COLOR)
+        for p in points
+    ]
+    intervals = [p.tbt_interval_ms if metric == "tbt" else p.ttft_interval_ms for p in points]
+    above, below = _error_bars(shown, intervals, top)
+    marginal = [p.confidence == "marginal" for p in points]
+    return go.Scatter(
+        x=budgets,
+        y=round_sig(shown),
+        mode="lines+markers",
+        connectgaps=True,
+        line={"color": MEASURED_COLOR},
+        error_y={
+            "type": "data",
+            "symmetric": False,
+            "array": above,
+            "arrayminus": below,
+            "color": MEASURED_COLOR,
+            "thickness": 1.2,
+            "width": 5,
+        },
+        marker={
+            "size": 10,
+            "color": colors,
+            "symbol": [
+                "triangle-up"
+                if v is not None and math.isinf(v)
+                else ("circle-open" if m else "circle")
+                for v, m in zip(measured, marginal, strict=True)
+            ],
+            "line": {"width": 2, "color": colors},
+        },
+        name=f"{label} measured, 95% interval (green pass, red fail; hollow: marginal)",
+        text=[
+            _measured_text(v, interval, p)
+            for v, interval, p in zip(measured, intervals, points, strict=True)
+        ],
+        hovertemplate="budget %{x}: %{text}<extra></extra>",
+    )
+
+
+def _no_chunking_value(sweep: SweepInput, metric: str) -> float | None:
+    """The figure of the point without chunking (budget None), measured, else predicted."""
+    none_point = next((p for p in sweep.points if p.budget_tokens is None), None)
+    if none_point is None:
+        return None
+    pct = sweep.percentile
+    measured = none_point.measured_ttft if metric == "ttft" else none_point.measured_tbt
+    value = _value(measured, pct)
+    if value is None:
+        predicted = none_point.predicted_ttft if metric == "ttft" else none_point.predicted_tbt
+        value = _value(predicted, pct)
+    return value
 
 
 def _error_bars(
@@ -348,6 +362,12 @@ def throughput_chart(sweep: SweepInput) -> Chart:
     _budget_marks(fig, sweep)
     values = measured if any(v is not None for v in measured) else predicted
     known = [(b, v) for b, v in zip(budgets, values, strict=True) if v is not None]
+    title = "Throughput and goodput against budget" if has_goodput else "Throughput against budget"
+    return Chart("chart-throughput", title, fig, _throughput_caption(known, has_goodput))
+
+
+def _throughput_caption(known: list[tuple[int, float]], has_goodput: bool) -> str:
+    """What the throughput chart shows, with its range over the budgets ``known``."""
     caption = (
         "At a fixed arrival rate throughput follows the load and barely moves with the budget; "
         "a drop at small budgets means iterations below the ridge cannot keep up."
@@ -362,18 +382,14 @@ def throughput_chart(sweep: SweepInput) -> Chart:
             f"{high[1]:,.0f} tokens/s (budget {high[0]})."
         )
     if has_goodput:
-        caption += (
+        return caption + (
             " Goodput is the highest arrival rate at which both SLOs still hold: "
             "its peak marks the budget that carries the most traffic."
         )
-        title = "Throughput and goodput against budget"
-    else:
-        caption += (
-            " Goodput (the highest rate meeting both SLOs) was not searched: run with --goodput"
-            " to add it."
-        )
-        title = "Throughput against budget"
-    return Chart("chart-throughput", title, fig, caption)
+    return caption + (
+        " Goodput (the highest rate meeting both SLOs) was not searched: run with --goodput"
+        " to add it."
+    )
 
 
 def survival(cdf: Cdf) -> np.ndarray:

@@ -11,11 +11,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import shlex
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from budgettune.artifacts.recommendation import (
     RECOMMENDATION_FILE,
@@ -106,15 +108,7 @@ def sweep_point(
     inline: Mapping[int, Sequence[LiveRecord]] | None = None,
 ) -> BudgetPoint:
     """One budget: the live point (if verified) beside the simulator's prediction."""
-    predicted = None if prediction is None else prediction.summary
-    predicted_failed = 0 if predicted is None else predicted.failed
-    predicted_tbt = _percentiles(
-        None if predicted is None else predicted.tbt, failed=predicted_failed
-    )
-    predicted_ttft = _percentiles(
-        None if predicted is None else predicted.ttft, failed=predicted_failed
-    )
-    predicted_thr = None if predicted is None else as_number(predicted.throughput_tokens_per_s)
+    predicted_tbt, predicted_ttft, predicted_thr = _predicted_figures(prediction)
     if point is None:
         return BudgetPoint(
             budget_tokens=budget,
@@ -152,28 +146,9 @@ def sweep_point(
         if ttft_value is None and not early and point.is_measured:
             ttft_value = math.inf  # null TTFT of a finished replay: failed requests
         ttft = with_value(ttft, percentile, ttft_value)
-    reasons: dict[str, int] = {}
-    for record in real_failures:
-        key = reason_class(record.error or "short output")
-        reasons[key] = reasons.get(key, 0) + 1
-    tbt_samples = np.concatenate(
-        [np.diff(r.record.token_times_s) for r in records if len(r.record.token_times_s) > 1]
-        or [np.empty(0)]
-    )
-    ttft_samples = np.array(
-        [
-            (r.record.token_times_s[0] - r.record.sent_s)
-            if len(r.record.token_times_s)
-            else math.inf
-            for r in records
-            if not (early and r.cancelled and not len(r.record.token_times_s))
-        ],
-        dtype=np.float64,
-    )
-    note = None
-    if early:  # "early stop: the p99 TBT verdict is certain (38 gaps ...)" -> its first clause
-        reason = (point.stop_message or "").removeprefix("early stop:").split("(")[0].strip()
-        note = f"stopped early: {reason}" if reason else "stopped early"
+    reasons = Counter(reason_class(record.error or "short output") for record in real_failures)
+    tbt_samples, ttft_samples = _latency_samples(records, early)
+    note = _stop_note(point.stop_message) if early else None
     error = None
     if not point.is_measured:
         error = f"{point.status.text}: {point.error or ''}".strip(": ")
@@ -190,7 +165,7 @@ def sweep_point(
         goodput_per_s=None if point.goodput is None else point.goodput.rate_per_s,
         completed=0 if measured is None else measured.completed,
         failed=failed,
-        failure_reasons=reasons,
+        failure_reasons=dict(reasons),
         passed=point.ok if point.is_measured else False,
         note=note,
         error=error,
@@ -203,6 +178,49 @@ def sweep_point(
         round=point.round,
         slot=point.slot,
     )
+
+
+def _stop_note(stop_message: str | None) -> str:
+    """ "early stop: the p99 TBT verdict is certain (38 gaps ...)" -> its first clause."""
+    reason = (stop_message or "").removeprefix("early stop:").split("(")[0].strip()
+    return f"stopped early: {reason}" if reason else "stopped early"
+
+
+def _predicted_figures(
+    prediction: Predicted | None,
+) -> tuple[Percentiles | None, Percentiles | None, float | None]:
+    """The simulator's TBT and TTFT percentiles and throughput at a budget (None: none)."""
+    predicted = None if prediction is None else prediction.summary
+    if predicted is None:
+        return None, None, None
+    failed = predicted.failed
+    return (
+        _percentiles(predicted.tbt, failed=failed),
+        _percentiles(predicted.ttft, failed=failed),
+        as_number(predicted.throughput_tokens_per_s),
+    )
+
+
+def _latency_samples(
+    records: Sequence[LiveRecord], early: bool
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Every gap between two tokens, and every TTFT (inf: no token came), in seconds; requests
+    an early stop cancelled before their first token are left out."""
+    tbt = np.concatenate(
+        [np.diff(r.record.token_times_s) for r in records if len(r.record.token_times_s) > 1]
+        or [np.empty(0)]
+    )
+    ttft = np.array(
+        [
+            (r.record.token_times_s[0] - r.record.sent_s)
+            if len(r.record.token_times_s)
+            else math.inf
+            for r in records
+            if not (early and r.cancelled and not len(r.record.token_times_s))
+        ],
+        dtype=np.float64,
+    )
+    return tbt, ttft
 
 
 def _slo(document: SweepDocument, override: Slo) -> Slo:
@@ -296,25 +314,7 @@ def _sweep_report(
     verdict = _verdict(document, sweep, slo)
     best = _timeline_point(by_budget, sweep.recommended_budget)
     records = [r.record for r in _budget_records(best, run_dir, inline)] if best else []
-    files = [
-        (label, relative_path(run_dir / name, report_dir))
-        for label, name in (
-            ("recommendation", RECOMMENDATION_FILE),
-            ("every verified point, one per line", POINTS_FILE),
-            ("sweep settings", SETTINGS_FILE),
-            ("vLLM config", "vllm.yaml"),
-            ("SGLang arguments", "sglang.args"),
-            ("TensorRT-LLM options", "trtllm.yaml"),
-            ("every point with its raw per-request records", "results.json"),
-        )
-        if (run_dir / name).is_file()
-    ]
-    for budget, point in sorted(by_budget.items()):
-        path = _records_file(point, run_dir)
-        if path is not None:
-            files.append(
-                (f"budget {budget}: raw per-request records", relative_path(path, report_dir))
-            )
+    files = _run_files(run_dir, report_dir, by_budget)
     notes: list[str] = []
     if not document.finished:
         notes.append(
@@ -354,6 +354,32 @@ def _sweep_report(
         notes=tuple(notes),
     )
     return report, {**document.raw, "settings": dict(settings)}
+
+
+def _run_files(
+    run_dir: Path, report_dir: Path | None, by_budget: Mapping[int, Point]
+) -> list[tuple[str, str]]:
+    """The run folder's files the page lists (label, path from the page), those that exist."""
+    files = [
+        (label, relative_path(run_dir / name, report_dir))
+        for label, name in (
+            ("recommendation", RECOMMENDATION_FILE),
+            ("every verified point, one per line", POINTS_FILE),
+            ("sweep settings", SETTINGS_FILE),
+            ("vLLM config", "vllm.yaml"),
+            ("SGLang arguments", "sglang.args"),
+            ("TensorRT-LLM options", "trtllm.yaml"),
+            ("every point with its raw per-request records", "results.json"),
+        )
+        if (run_dir / name).is_file()
+    ]
+    for budget, point in sorted(by_budget.items()):
+        path = _records_file(point, run_dir)
+        if path is not None:
+            files.append(
+                (f"budget {budget}: raw per-request records", relative_path(path, report_dir))
+            )
+    return files
 
 
 def _engine_versions(by_budget: Mapping[int, Point]) -> tuple[tuple[str, str], ...]:

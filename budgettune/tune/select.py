@@ -173,6 +173,23 @@ def recommend(
             tuple(reasons or ["Every engine start failed; see the log tails."]),
             None,
         )
+    binding, advice = _binding_advice(measured, tbt_fail, ttft_fail, p, slo_tbt, slo_ttft, load,
+                                      candidates)  # fmt: skip
+    reasons.insert(0, advice)
+    return Recommendation(None, "No budget meets both SLOs at this load.", tuple(reasons), binding)
+
+
+def _binding_advice(
+    measured: Sequence[Point],
+    tbt_fail: Sequence[Point],
+    ttft_fail: Sequence[Point],
+    p: str,
+    slo_tbt: str,
+    slo_ttft: str,
+    load: str,
+    candidates: Candidates,
+) -> tuple[str, str]:
+    """When no budget meets both SLOs: which binds (tbt, ttft or both) and what would help."""
     if tbt_fail and not ttft_fail:
         binding = "tbt"
         smallest = measured[0]
@@ -198,8 +215,7 @@ def recommend(
             "high for these SLOs on this hardware: lower it, loosen an SLO, add GPUs, or "
             "disaggregate prefill and decode."
         )
-    reasons.insert(0, advice)
-    return Recommendation(None, "No budget meets both SLOs at this load.", tuple(reasons), binding)
+    return binding, advice
 
 
 def _fragile_pass(
