@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from budgettune.app.requests import ClientRequest
 from budgettune.core.errors import SpecError
 from budgettune.core.limits import MAX_SEQS, check_count
+from budgettune.core.units import parse_duration_s
 from budgettune.loadgen.client import Endpoint
+from budgettune.loadgen.runner import RunOptions
 
 KEY_OPTION = "--api-key"
 HIDDEN = "***"
@@ -35,6 +37,21 @@ class ClientSettings:
             "continuous_usage_stats": self.continuous_usage,
             "api_key_used": self.api_key is not None,
         }
+
+    def run_options(
+        self, *, request_timeout: str, max_error_rate: float | None, seed: int, warmup: int
+    ) -> RunOptions:
+        """The load generator's options for a run with this client: ``request_timeout`` parsed
+        (SpecError naming it), the rest as given."""
+        return RunOptions(
+            max_error_rate=max_error_rate,
+            request_timeout_s=parse_duration_s(request_timeout, field="request_timeout"),
+            seed=seed,
+            warmup_requests=warmup,
+            endpoint=self.endpoint,
+            concurrency=self.concurrency,
+            continuous_usage=self.continuous_usage,
+        )
 
     def describe(self, traffic: str) -> str:
         """The traffic's description with the closed loop said, when there is one."""

@@ -130,17 +130,14 @@ def prepare_replay(
 
 
 def _replay_run_options(request: ReplayRequest, client: ClientSettings, seed: int) -> RunOptions:
-    """The load generator's options for the replay."""
-    return RunOptions(
-        merged_chunks=request.merged_chunks,
+    """The client's run options, with how the replay counts merged stream chunks."""
+    run = client.run_options(
+        request_timeout=request.request_timeout,
         max_error_rate=request.max_error_rate,
-        request_timeout_s=parse_duration_s(request.request_timeout, field="request_timeout"),
         seed=seed,
-        warmup_requests=request.warmup,
-        endpoint=client.endpoint,
-        concurrency=client.concurrency,
-        continuous_usage=client.continuous_usage,
+        warmup=request.warmup,
     )
+    return dataclasses.replace(run, merged_chunks=request.merged_chunks)
 
 
 def _replay_settings(

@@ -47,6 +47,7 @@ from budgettune.engines.base import LaunchSpec
 from budgettune.engines.embedded.cli import calibration_flags
 from budgettune.loadgen.runner import RunOptions
 from budgettune.model.calibration import DEFAULT_CALIBRATION, CalibrationChoice
+from budgettune.model.profile import Profile, load_profile, profile_step_model
 from budgettune.model.stepmodel import StepModel
 from budgettune.sim.kvcache import kv_capacity_blocks
 from budgettune.sim.scheduler import SchedulerConfig
@@ -156,14 +157,11 @@ def _run_options(request: SweepRequest, client: ClientSettings) -> RunOptions:
             "searches the highest request rate; a closed loop (--concurrency) sends no rate",
             field="goodput",
         )
-    return RunOptions(
+    return client.run_options(
+        request_timeout=request.request_timeout,
         max_error_rate=request.max_error_rate,
-        request_timeout_s=parse_duration_s(request.request_timeout, field="request_timeout"),
         seed=request.traffic.seed,
-        warmup_requests=request.warmup,
-        endpoint=client.endpoint,
-        concurrency=client.concurrency,
-        continuous_usage=client.continuous_usage,
+        warmup=request.warmup,
     )
 
 
@@ -298,12 +296,20 @@ def model_plan(
             health_timeout_s=spec.health_timeout_s, api_key=api_key,
         )  # fmt: skip
         return ModelPlan(profiling)
-    card = target.gpu_card.name if target.gpu_card else None
-    step_model, source, kind = analytic_or_given_model(
-        profile, model, card, engine, request.calibration
-    )
-    given = profile is not None and str(profile) != ANALYTIC
-    knee_found = _knee_found(profile) if given and profile is not None else None
+    knee_found: bool | None = None  # no profile behind the roofline
+    if profile is not None and str(profile) != ANALYTIC:
+        loaded = load_profile(profile)
+        step_model, source, kind = (
+            profile_step_model(loaded),
+            f"calibrated profile {profile}",
+            ModelSourceKind.PROFILE,
+        )
+        knee_found = _knee_found(loaded)
+    else:
+        card = target.gpu_card.name if target.gpu_card else None
+        step_model, source, kind = analytic_model(
+            profile is not None, model, card, engine, request.calibration
+        )
     detected = target.detected
     if detected is not None and detected.name and detected.preset is None:
         source += (
@@ -362,10 +368,9 @@ def _chosen_model(
     if plan.profiling is None:
         assert plan.step_model is not None
         return ChosenModel(plan.step_model, plan.source, plan.kind, gpu_card, plan.knee_found)
-    step_model, source = _measure_first(plan.profiling, run_dir, say, profile_step)
-    card = gpu_card or _profile_gpu(run_dir / PROFILE_FILE)
-    knee_found = _knee_found(run_dir / PROFILE_FILE)
-    return ChosenModel(step_model, source, plan.kind, card, knee_found)
+    profile, source = _measure_first(plan.profiling, run_dir, say, profile_step)
+    card = gpu_card or _profile_gpu(profile)
+    return ChosenModel(profile_step_model(profile), source, plan.kind, card, _knee_found(profile))
 
 
 def _sweep_config(
@@ -604,22 +609,17 @@ def engine_defaults_for(
     )
 
 
-def analytic_or_given_model(
-    profile: Path | None,
+def analytic_model(
+    asked_analytic: bool,
     model: str | None,
     gpu: str | None,
     engine: str,
     calibration: str = DEFAULT_CALIBRATION,
 ) -> tuple[StepModel, str, ModelSourceKind]:
-    """The predictions' model from a profile file, else the analytic roofline in
-    ``calibration``, with a line saying which and why, and which kind it is."""
+    """The predictions' analytic roofline in ``calibration``, with a line saying why it is the
+    model (``asked_analytic``: ``--profile analytic``), and its kind."""
     from budgettune.app.step_model import calibration_of, step_model_of
 
-    if profile is not None and str(profile) != ANALYTIC:
-        from budgettune.model.profile import load_profile, profile_step_model
-
-        profiled = profile_step_model(load_profile(profile))
-        return profiled, f"calibrated profile {profile}", ModelSourceKind.PROFILE
     analytic = ModelSourceKind.ANALYTIC
     shape_source = model or DEFAULT_MODEL
     card = gpu or DEFAULT_GPU
@@ -628,7 +628,7 @@ def analytic_or_given_model(
     calibrated = calibration_of(asked)
     roofline = f"analytic roofline of {shape_source} on {card}"
     where = f"; calibration {calibrated.name}: {calibrated.source}"
-    if profile is not None:
+    if asked_analytic:
         return (
             step_model,
             f"{roofline} (--profile analytic: presets, not measured){where}",
@@ -659,16 +659,16 @@ def _measure_first(
     run_dir: Path,
     say: Callable[[str], None],
     profile_step: Callable[[ProfileConfig], ProfileOutcome],
-) -> tuple[StepModel, str]:
+) -> tuple[Profile, str]:
     """Without a profile on a real engine: the profile this run folder already holds (a
-    resumed sweep), else the profile step run now, saying so and where."""
-    from budgettune.model.profile import profile_step_model
-
+    resumed sweep), else the profile step run now, saying so and where; and the words that
+    name it as the predictions' source."""
     assert config.output is not None
+    source = f"calibrated profile {config.output} (measured first)"
     saved = saved_profile(run_dir)
     if saved is not None:
         say(f"profile: reusing {config.output}, measured by this sweep before it was interrupted")
-        return profile_step_model(saved), f"calibrated profile {config.output} (measured first)"
+        return saved, source
     say(
         f"no --profile: profiling {config.engine} first (prompts to {config.max_tokens} tokens, "
         f"decode batches to {config.max_batch}) into {config.output}; --profile analytic "
@@ -682,22 +682,17 @@ def _measure_first(
         f"{outcome.json_path} (curve {outcome.csv_path}, report "
         f"{config.output.with_suffix('.html')}); {ridge}"
     )
-    return profile_step_model(measured), f"calibrated profile {config.output} (measured first)"
+    return measured, source
 
 
-def _knee_found(path: Path) -> bool | None:
-    """Whether the profile at ``path`` found a knee (None: it fitted no ridge)."""
-    from budgettune.model.profile import load_profile
-
-    ridge = load_profile(path).ridge
-    return None if ridge is None else ridge.knee_found
+def _knee_found(profile: Profile) -> bool | None:
+    """Whether the profile found a knee (None: it fitted no ridge)."""
+    return None if profile.ridge is None else profile.ridge.knee_found
 
 
-def _profile_gpu(path: Path) -> GPU | None:
+def _profile_gpu(profile: Profile) -> GPU | None:
     """The GPU preset a measured profile names (sizes the predictions' KV cache), if any."""
-    from budgettune.model.profile import load_profile
-
-    preset = load_profile(path).hardware.preset
+    preset = profile.hardware.preset
     return resolve_gpu(preset) if preset else None
 
 

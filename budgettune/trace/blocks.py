@@ -175,12 +175,15 @@ def read_first_line(path: str | Path, skip_bytes: int = 0) -> bytes:
     data = data[skip_bytes:]
     cut = data.find(b"\n")
     if cut < 0 and len(data) > MAX_LINE_BYTES:
-        raise TraceError(
-            f"a line longer than {MAX_LINE_BYTES >> 20} MiB; is it a trace?",
-            path=str(path),
-            line=line_number,
-        )
+        raise line_too_long(str(path), line_number)
     return data if cut < 0 else data[:cut]
+
+
+def line_too_long(path: str, line: int) -> TraceError:
+    """The error of a line over MAX_LINE_BYTES, said alike by every reader."""
+    return TraceError(
+        f"a line longer than {MAX_LINE_BYTES >> 20} MiB; is it a trace?", path=path, line=line
+    )
 
 
 @dataclass(slots=True)
@@ -215,11 +218,7 @@ def iter_raw_blocks(
             cut = data.rfind(b"\n")
             if cut < 0:
                 if len(data) > MAX_LINE_BYTES:
-                    raise TraceError(
-                        f"a line longer than {MAX_LINE_BYTES >> 20} MiB; is it a trace?",
-                        path=path,
-                        line=next_line,
-                    )
+                    raise line_too_long(path, next_line)
                 pending = data
                 continue
             data, pending = data[:cut], data[cut + 1 :]

@@ -164,8 +164,6 @@ def recommend(
                 _default_reason(measured, default_budget, best.budget, slo_tbt_s, p, baseline_label)
             )
         return Recommendation(best.budget, headline, tuple(reasons + noise), None)
-    tbt_fail = [pt for pt in measured if not pt.tbt_ok]
-    ttft_fail = [pt for pt in measured if not pt.ttft_ok]
     if not measured:
         return Recommendation(
             None,
@@ -173,16 +171,13 @@ def recommend(
             tuple(reasons or ["Every engine start failed; see the log tails."]),
             None,
         )
-    binding, advice = _binding_advice(measured, tbt_fail, ttft_fail, p, slo_tbt, slo_ttft, load,
-                                      candidates)  # fmt: skip
+    binding, advice = _binding_advice(measured, p, slo_tbt, slo_ttft, load, candidates)
     reasons.insert(0, advice)
     return Recommendation(None, "No budget meets both SLOs at this load.", tuple(reasons), binding)
 
 
 def _binding_advice(
     measured: Sequence[Point],
-    tbt_fail: Sequence[Point],
-    ttft_fail: Sequence[Point],
     p: str,
     slo_tbt: str,
     slo_ttft: str,
@@ -190,6 +185,8 @@ def _binding_advice(
     candidates: Candidates,
 ) -> tuple[str, str]:
     """When no budget meets both SLOs: which binds (tbt, ttft or both) and what would help."""
+    tbt_fail = [pt for pt in measured if not pt.tbt_ok]
+    ttft_fail = [pt for pt in measured if not pt.ttft_ok]
     if tbt_fail and not ttft_fail:
         binding = "tbt"
         smallest = measured[0]

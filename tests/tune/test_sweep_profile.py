@@ -14,19 +14,28 @@ pytestmark = [pytest.mark.slow, pytest.mark.timing]  # measured latencies agains
 PROFILE_8B = Path(__file__).resolve().parents[2] / "profiles" / "llama-3.1-8b_h100-sxm.json"
 
 
+def sweep_on_profile(
+    cmd: list[str], profile: Path, run_dir: Path, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """A short sweep on the embedded engine running ``profile`` (8 requests of 200 + 8 tokens,
+    a 200 ms TBT SLO), into ``run_dir``; it must succeed."""
+    result = subprocess.run(
+        [*cmd, "sweep", "--engine", "sim", "--profile", str(profile),
+         "--prompt-dist", "fixed:200", "--output-dist", "fixed:8", "--requests", "8",
+         "--slo-tbt", "200ms", *args, "-o", str(run_dir)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return result
+
+
 def test_sim_engine_runs_the_sweeps_profile(budgettune_cmd: list[str], tmp_path: Path) -> None:
     data = json.loads(PROFILE_8B.read_text())
     data["step"]["overhead_s"] = 0.040  # 80x the preset t0: presets would give ~8 ms gaps
     slow = tmp_path / "slow.json"
     slow.write_text(json.dumps(data))
     run_dir = tmp_path / "run"
-    result = subprocess.run(
-        [*budgettune_cmd, "sweep", "--engine", "sim", "--profile", str(slow),
-         "--prompt-dist", "fixed:200", "--output-dist", "fixed:8", "--rate", "2",
-         "--requests", "8", "--budgets", "512", "--slo-tbt", "200ms", "-o", str(run_dir)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
+    sweep_on_profile(budgettune_cmd, slow, run_dir, "--rate", "2", "--budgets", "512")
     logs = sorted(run_dir.glob("engine-*.log"))
     assert logs
     for log in logs:
@@ -40,7 +49,6 @@ def test_sim_engine_runs_the_sweeps_profile(budgettune_cmd: list[str], tmp_path:
         assert abs(measured_ms / predicted_ms - 1) < 0.2, (measured_ms, predicted_ms)
 
 
-@pytest.mark.timing  # a sweep on the embedded engine (its verdict is not what is checked)
 def test_a_profile_without_a_knee_is_not_shown_as_a_ridge(
     budgettune_cmd: list[str], tmp_path: Path
 ) -> None:
@@ -49,13 +57,7 @@ def test_a_profile_without_a_knee_is_not_shown_as_a_ridge(
     flat = tmp_path / "no-knee.json"
     flat.write_text(json.dumps(data))
     run_dir = tmp_path / "run"
-    result = subprocess.run(
-        [*budgettune_cmd, "sweep", "--engine", "sim", "--profile", str(flat),
-         "--prompt-dist", "fixed:200", "--output-dist", "fixed:8", "--rate", "4",
-         "--requests", "8", "--baseline", "none", "--slo-tbt", "200ms", "-o", str(run_dir)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
+    result = sweep_on_profile(budgettune_cmd, flat, run_dir, "--rate", "4", "--baseline", "none")
     said = " ".join(result.stderr.split())
     assert "(no ridge: the profile found no knee, so the floor is the fitted model's" in said
     assert "ridge 3" not in said  # the fitted F / B (325 tokens) is not printed as the ridge
