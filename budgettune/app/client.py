@@ -1,12 +1,13 @@
 """The load generator's options (a :class:`~budgettune.app.requests.ClientRequest`) validated for
-``replay`` and ``sweep``: the endpoint, closed-loop concurrency, usage in every chunk and the
-API key, and what results record of them (whether a key was used, never the key; the command
-line with its ``--api-key`` value hidden)."""
+``replay`` and ``sweep``: the endpoint, closed-loop concurrency, usage in every chunk, the API
+key and the prompts' form (text made with the model's tokenizer, or token ids), and what results
+record of them (whether a key was used, never the key; the command line with its ``--api-key``
+value hidden)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from budgettune.app.requests import ClientRequest
 from budgettune.core.errors import SpecError
@@ -14,6 +15,12 @@ from budgettune.core.limits import MAX_SEQS, check_count
 from budgettune.core.units import parse_duration_s
 from budgettune.loadgen.client import Endpoint
 from budgettune.loadgen.runner import RunOptions
+from budgettune.loadgen.text_prompts import tokenizer_file
+
+PROMPT_FORMS = ("auto", "text", "ids")
+# Engines that tokenize a text prompt with the model's own tokenizer, and whose model names the
+# tokenizer: prompts go as text by default there, as every real request does.
+TOKENIZING_ENGINES = ("vllm", "sglang", "trtllm")
 
 KEY_OPTION = "--api-key"
 HIDDEN = "***"
@@ -28,15 +35,64 @@ class ClientSettings:
     concurrency: int | None
     continuous_usage: bool
     api_key: str | None = field(default=None, repr=False)
+    prompt_form: str = "auto"  # as asked; ``ids`` or ``text`` once :meth:`for_engine` decided
+    tokenizer_asked: str | None = None
+    tokenizer: str | None = None  # the tokenizer.json text prompts are made with
 
     def to_json(self) -> dict[str, object]:
-        """What results.json and sweep.json record: the key only as whether one was used."""
+        """What results.json and sweep.json record: the key only as whether one was used, and
+        what the prompts were sent as (``text`` with the tokenizer file, or ``ids``)."""
         return {
             "endpoint": self.endpoint.value,
             "concurrency": self.concurrency,
             "continuous_usage_stats": self.continuous_usage,
             "api_key_used": self.api_key is not None,
+            "prompt_form": self.prompt_form,
+            "tokenizer": self.tokenizer,
         }
+
+    def prompts_line(self) -> str:
+        """What the prompts are sent as, in words."""
+        if self.endpoint is Endpoint.CHAT:
+            return "chat messages (text; the chat template adds the server's own tokens)"
+        if self.tokenizer is None:
+            return "token ids (--prompt-form text with --tokenizer sends text)"
+        return f"text of exactly the scheduled tokens on {self.tokenizer}, tokenized by the server"
+
+    def for_engine(self, engine: str, model: str | None) -> ClientSettings:
+        """These settings with the prompts' form decided for ``engine`` serving ``model``.
+
+        ``auto`` is text where a tokenizer is at hand (``--tokenizer``, or a real engine's model
+        folder or cached model id), else ids: the embedded engine, and a server you run without
+        ``--tokenizer``. ``text`` without a tokenizer is refused (SpecError). The chat API sends
+        text whatever the form."""
+        form = self.prompt_form
+        if self.endpoint is Endpoint.CHAT:
+            return replace(self, prompt_form="text", tokenizer=None)
+        if form == "ids":
+            return replace(self, tokenizer=None)
+        found = None
+        if self.tokenizer_asked is not None:
+            found = tokenizer_file(self.tokenizer_asked)
+            if found is None:
+                raise SpecError(
+                    f"no tokenizer.json at {self.tokenizer_asked!r} (a model folder, a "
+                    "tokenizer.json, or a model id in the Hugging Face cache)",
+                    field="tokenizer",
+                )
+        elif engine in TOKENIZING_ENGINES and model:
+            found = tokenizer_file(model)
+        if found is None and form == "text":
+            raise SpecError(
+                f"text prompts need the model's tokenizer, and none is at hand for "
+                f"{model or 'the ' + engine + ' engine'}",
+                field="prompt_form",
+                hint="give a model folder or tokenizer.json with --tokenizer, or send token ids "
+                "with --prompt-form ids",
+            )
+        if found is None:
+            return replace(self, prompt_form="ids", tokenizer=None)
+        return replace(self, prompt_form="text", tokenizer=str(found))
 
     def run_options(
         self, *, request_timeout: str, max_error_rate: float | None, seed: int, warmup: int
@@ -51,6 +107,7 @@ class ClientSettings:
             endpoint=self.endpoint,
             concurrency=self.concurrency,
             continuous_usage=self.continuous_usage,
+            tokenizer=self.tokenizer,
         )
 
     def describe(self, traffic: str) -> str:
@@ -74,7 +131,21 @@ def client_settings(request: ClientRequest) -> ClientSettings:
     if request.concurrency is not None:
         check_count(request.concurrency, field="concurrency", maximum=MAX_SEQS, what="requests")
     key = (request.api_key or "").strip() or None
-    return ClientSettings(endpoint, request.concurrency, request.continuous_usage_stats, key)
+    form = request.prompt_form.strip().lower()
+    if form not in PROMPT_FORMS:
+        raise SpecError(
+            f"unknown prompt form {request.prompt_form!r}; use {', '.join(PROMPT_FORMS)}",
+            field="prompt_form",
+        )
+    tokenizer = (request.tokenizer or "").strip() or None
+    if form == "ids" and tokenizer is not None:
+        raise SpecError(
+            "token ids need no tokenizer; drop --tokenizer, or send text with --prompt-form text",
+            field="tokenizer",
+        )
+    return ClientSettings(
+        endpoint, request.concurrency, request.continuous_usage_stats, key, form, tokenizer
+    )
 
 
 def without_key(command: Sequence[str]) -> tuple[str, ...]:

@@ -42,6 +42,7 @@ class RayExecutor:
     when the cluster cannot be reached."""
 
     name = "ray"
+    first_budget = None  # each task launches its engine on its node
 
     def __init__(self, address: str, *, gpus_per_task: float = 0.0) -> None:
         try:

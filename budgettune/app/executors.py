@@ -22,12 +22,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from budgettune.app.slot_job import Event, JobResult, SlotJob, run_job
 from budgettune.artifacts.points import read_point
 from budgettune.core.errors import EngineError, StorageError
 from budgettune.tune.point import Point, Status
+
+if TYPE_CHECKING:
+    from budgettune.app.profile import HeldEngine
 
 STOP_GRACE_S = 20.0  # a worker told to stop has this long to stop its engine
 EVENT_POLL_S = 0.2
@@ -50,6 +53,12 @@ class RoundEvents:
 class Executor(Protocol):
     name: str  # "local" or "ray", recorded in recommendation.json
 
+    @property
+    def first_budget(self) -> int | None:
+        """A budget whose engine already runs (the profile step's), to verify before any
+        other; None when there is none."""
+        ...
+
     async def run_round(
         self, jobs: Sequence[SlotJob], on_point: Callable[[Point], None], events: RoundEvents
     ) -> list[Point]: ...
@@ -58,9 +67,18 @@ class Executor(Protocol):
 
 
 class InProcess:
-    """One slot: verify in this process, one job after another (the sweep's own event loop)."""
+    """One slot: verify in this process, one job after another (the sweep's own event loop).
+    ``held``: an engine the profile step left running at a budget, replayed on by that budget's
+    job and stopped after it (or by :meth:`close`, when no job used it)."""
 
     name = "local"
+
+    def __init__(self, held: HeldEngine | None = None) -> None:
+        self.held = held
+
+    @property
+    def first_budget(self) -> int | None:
+        return None if self.held is None else self.held.budget_tokens
 
     async def run_round(
         self, jobs: Sequence[SlotJob], on_point: Callable[[Point], None], events: RoundEvents
@@ -69,6 +87,9 @@ class InProcess:
 
         points = []
         for job in jobs:
+            held = None
+            if self.held is not None and job.budget == self.held.budget_tokens:
+                held, self.held = self.held, None
             if events.on_launch is not None:
                 events.on_launch(job.budget, job.role)
             try:
@@ -84,6 +105,7 @@ class InProcess:
                     on_ready=events.on_ready,
                     on_replay=events.on_replay,
                     say=events.on_message,
+                    held=held,
                 )
             except NotSaved as missing:  # the point first, then the full disk stops the sweep
                 on_point(dataclasses.replace(missing.point, round=job.round))
@@ -94,7 +116,9 @@ class InProcess:
         return points
 
     def close(self) -> None:
-        pass
+        if self.held is not None:
+            self.held.close()
+            self.held = None
 
 
 class LocalProcesses:
@@ -102,6 +126,7 @@ class LocalProcesses:
     slot; they tell this process what they do through a queue."""
 
     name = "local"
+    first_budget = None  # each slot's worker launches its own engines
 
     def __init__(self) -> None:
         self._context = multiprocessing.get_context("spawn")

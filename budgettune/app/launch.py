@@ -3,9 +3,11 @@ built from a :class:`LaunchRequest` (the budget and log path are set per launch)
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import shutil
 import subprocess
+from pathlib import Path
 
 from budgettune.app.baseline import Baseline
 from budgettune.app.requests import DEFAULT_MODEL, LaunchRequest, SweepRequest
@@ -98,6 +100,14 @@ def launch_spec(
         gpu_memory_utilization=share,
         prefix_caching=launch.prefix_caching == "on",
         api_key=api_key,
+    )
+
+
+def budget_spec(base: LaunchSpec, budget: int, run_dir: Path) -> LaunchSpec:
+    """How a sweep starts the engine to measure ``budget``: its base spec at that budget,
+    chunked prefill on, the log in the run folder as ``engine-BUDGET.log``."""
+    return dataclasses.replace(
+        base, budget_tokens=budget, chunked_prefill=True, log_path=run_dir / f"engine-{budget}.log"
     )
 
 

@@ -26,7 +26,7 @@ from budgettune.core.errors import EngineError, SpecError
 from budgettune.core.hardware import GPU, ModelShape, dtype_bytes, resolve_gpu, resolve_model
 from budgettune.core.limits import MAX_GPUS, MAX_SEQS, check_count, check_tokens
 from budgettune.core.units import parse_duration_s, parse_int_list, parse_tokens
-from budgettune.engines.base import LaunchSpec, ProgressCallback
+from budgettune.engines.base import EngineHandle, LaunchSpec, ProgressCallback
 from budgettune.model.calibration import CalibrationChoice
 from budgettune.model.profile import (
     MEASURED_LABEL,
@@ -42,6 +42,7 @@ from budgettune.profiling.budget import probe_cost_s
 from budgettune.profiling.plan import (
     DEFAULT_CONTEXTS,
     IterationTimer,
+    ProbeRun,
     ProbeSpec,
     ProfilePlan,
     ProgressFn,
@@ -99,6 +100,10 @@ class ProfileConfig:
     log_path: Path | None = None
     gpu_memory_utilization: float | None = None  # None: the engine's default
     api_key: str | None = field(default=None, repr=False)  # the engine's; never recorded
+    # A sweep's profile step on the engine it measures anyway: started with this spec (its
+    # budget holds every probe) instead of one of the profile's own, and kept running after the
+    # probes (ProfileOutcome.held) for that budget's replay.
+    engine_spec: LaunchSpec | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -118,12 +123,31 @@ class BudgetSummary:
     model_ridge_tokens: float
 
 
+class HeldEngine:
+    """The engine a profile measured on, left running for a replay at the same budget (its
+    ``handle``); :meth:`close` stops it (once; later calls do nothing)."""
+
+    def __init__(self, timer: IterationTimer, budget_tokens: int) -> None:
+        self._timer = timer
+        self.handle: EngineHandle = timer.handle  # type: ignore[attr-defined]
+        self.budget_tokens = budget_tokens
+        self._closed = False
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            close = getattr(self._timer, "close", None)
+            if close is not None:
+                close()
+
+
 @dataclass(slots=True, frozen=True)
 class ProfileOutcome:
     profile: Profile
     summary: BudgetSummary | None
     json_path: Path | None
     csv_path: Path | None
+    held: HeldEngine | None = None  # the engine, still running (ProfileConfig.engine_spec)
 
 
 def profile_config_of(request: ProfileRequest) -> ProfileConfig:
@@ -290,6 +314,7 @@ def run_profile(
     """
     shape = validate(config)
     created = now().strftime("%Y-%m-%dT%H:%M:%SZ")
+    held: HeldEngine | None = None
     if config.engine == "analytic":
         profile = _analytic(config, shape, created)
     elif config.engine == IMPORT_ENGINE:
@@ -299,18 +324,25 @@ def run_profile(
         def default_factory(config: ProfileConfig, shape: ModelShape) -> IterationTimer:
             return build_timer(config, shape, on_start=on_start)
 
-        profile = _measured(config, shape, created, progress, timer_factory or default_factory)
-    path = config.output or default_output(profile)
-    if path.is_dir():  # -o DIR: the default file name inside it
-        path = path / default_output(profile).name
-    csv_path = save_profile(profile, path)
-    if not profile.complete:
-        raise EngineError(
-            f"profile stopped early: {profile.error}; partial measurements "
-            f"({len(profile.probes)} probes) saved to {path}"
+        profile, held = _measured(
+            config, shape, created, progress, timer_factory or default_factory
         )
-    summary = summarize(profile, config.typical_batch, config.typical_context)
-    return ProfileOutcome(profile, summary, path, csv_path)
+    try:
+        path = config.output or default_output(profile)
+        if path.is_dir():  # -o DIR: the default file name inside it
+            path = path / default_output(profile).name
+        csv_path = save_profile(profile, path)
+        if not profile.complete:
+            raise EngineError(
+                f"profile stopped early: {profile.error}; partial measurements "
+                f"({len(profile.probes)} probes) saved to {path}"
+            )
+        summary = summarize(profile, config.typical_batch, config.typical_context)
+    except BaseException:
+        if held is not None:
+            held.close()
+        raise
+    return ProfileOutcome(profile, summary, path, csv_path, held)
 
 
 def _plan(
@@ -466,7 +498,7 @@ def _engine_timer(
     from budgettune.model.profile import detect_hardware
     from budgettune.profiling.measure import EngineTimer
 
-    spec = engine_launch_spec(config, shape)
+    spec = config.engine_spec or engine_launch_spec(config, shape)
     if config.engine == "sim":
         gpu = spec.gpu or SIM_DEFAULT_GPU
         hardware = Hardware("sim", f"simulated {gpu}", preset=gpu)
@@ -515,11 +547,14 @@ def _measured(
     created: str,
     progress: ProgressFn | None,
     timer_factory: Callable[[ProfileConfig, ModelShape], IterationTimer],
-) -> Profile:
+) -> tuple[Profile, HeldEngine | None]:
+    """The profile measured on the timer's engine, and that engine still running when the
+    config asks to keep it (``engine_spec``) and every probe ran; else it is stopped."""
     # scipy (about 2 s to import) only when a profile is measured, not at CLI start-up
     from budgettune.model.ridge import fit_ridge
 
     timer = timer_factory(config, shape)
+    held = None
     try:
         dtype = str(timer.engine.settings.get("dtype") or config.dtype)
         weight_bytes = dtype_bytes("bfloat16" if dtype == "auto" else dtype)
@@ -555,10 +590,33 @@ def _measured(
             time_budget_s=budget_s,
             probe_cost=probe_cost,
         )
+        spec = config.engine_spec
+        if spec is not None and spec.budget_tokens is not None and run.error is None:
+            held = HeldEngine(timer, spec.budget_tokens)
     finally:
         close = getattr(timer, "close", None)
-        if close is not None:
+        if held is None and close is not None:
             close()
+    try:
+        return _fitted(config, shape, created, timer, run, weight_bytes, rng, budget_s), held
+    except BaseException:
+        if held is not None:
+            held.close()
+        raise
+
+
+def _fitted(
+    config: ProfileConfig,
+    shape: ModelShape,
+    created: str,
+    timer: IterationTimer,
+    run: ProbeRun,
+    weight_bytes: float,
+    rng: np.random.Generator,
+    budget_s: float | None,
+) -> Profile:
+    """The profile of ``run``'s probes: the ridge and the step model fitted to them."""
+    dtype = str(timer.engine.settings.get("dtype") or config.dtype)
     probes = tuple(run.probes)
     ridge, step = fit_profile(
         probes,

@@ -74,6 +74,7 @@ def prepare_replay(
         check_port(request.port, field="port")
     launch, url, model, gpu = request.launch, request.url, request.model, request.gpu
     engine = _replay_engine(request, say)
+    client = client.for_engine(engine, model)
     budget_tokens, chunked = _replay_budget(request)
     traffic_request = request.traffic
     if (

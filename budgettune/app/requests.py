@@ -137,12 +137,16 @@ class LaunchRequest:
 class ClientRequest:
     """How the load generator talks to the engine, beyond where: the API (``completions`` or
     ``chat``), closed-loop ``concurrency`` (None: open loop, the schedule's times), usage in
-    every chunk (``continuous_usage_stats``), and the API key (never recorded, never shown)."""
+    every chunk (``continuous_usage_stats``), the API key (never recorded, never shown), and
+    what completions prompts are sent as (``prompt_form``: auto, text or ids; ``tokenizer``: a
+    model folder, a tokenizer.json or a cached model id to make text with)."""
 
     endpoint: str = "completions"
     concurrency: int | None = None
     continuous_usage_stats: bool = False
     api_key: str | None = field(default=None, repr=False)
+    prompt_form: str = "auto"
+    tokenizer: str | None = None
 
 
 @dataclass(slots=True, frozen=True)

@@ -125,6 +125,11 @@ async def verify_in_rounds(
             await run_round(again)
 
     reference = config.default_budget
+    first = executor.first_budget  # its engine already runs: verified before any other
+    if first is not None and first not in done:
+        await run_round(
+            [(first, Role.CANDIDATE if first in candidates.budgets else Role.REFERENCE)]
+        )
     if config.exhaustive:
         todo = [b for b in candidates.budgets if b not in done]
         for start in range(0, len(todo), k):

@@ -38,7 +38,7 @@ from budgettune.artifacts.runfolder import (
 from budgettune.core.hardware import resolve_model
 from budgettune.core.metrics import MetricsSummary, summarize
 from budgettune.core.units import ms_or_none
-from budgettune.engines.base import EngineHandle, StartProgress
+from budgettune.engines.base import EngineHandle, LaunchSpec, StartProgress
 from budgettune.engines.registry import get_engine
 from budgettune.loadgen.runner import RunProgress, Target, run_schedule
 from budgettune.model.profile import Profile, load_profile
@@ -129,23 +129,34 @@ def profile_config(
     engine_env: dict[str, str] | None = None,
     health_timeout_s: float | None = None,
     api_key: str | None = None,
+    engine_spec: LaunchSpec | None = None,
 ) -> ProfileConfig:
     """The profile step of a sweep on a real engine: `budgettune profile`'s defaults, with
     prompts up to the largest budget the sweep considers (``budgets`` and the reference; without
     ``budgets``, at least the profile's default 8192: no iteration holds more than its budget),
     capped at the model's length, and decode batches up to ``max_num_seqs`` (none can be
-    larger), written to ``<run>/profile.json``. Raises SpecError for a model it cannot read."""
+    larger), written to ``<run>/profile.json``. Raises SpecError for a model it cannot read.
+
+    ``engine_spec``: the profile runs on that engine (a budget the sweep measures) and keeps it
+    running; its prompts stop where a prompt and the decode batch still fit one iteration of its
+    budget, and the batch leaves a sequence for the prompt."""
     considered = [*(budgets or ()), *([reference_budget] if reference_budget else [])]
     if not budgets:
         considered.append(PROFILE_MAX_TOKENS)
     limit = resolve_model(model).max_position_embeddings
     max_tokens = max(PROFILE_MIN_TOKENS, *considered)
+    max_batch = min(PROFILE_MAX_BATCH, max_num_seqs)
+    log_path = run_dir / "engine-profile.log"
+    if engine_spec is not None and engine_spec.budget_tokens is not None:
+        max_batch = min(PROFILE_MAX_BATCH, max_num_seqs - 1)
+        max_tokens = min(max_tokens, engine_spec.budget_tokens - max_batch)
+        log_path = engine_spec.log_path or log_path
     config = ProfileConfig(
         model=model,
         engine=engine,
         gpu_name=gpu or "auto",
         max_tokens=min(max_tokens, limit) if limit else max_tokens,
-        max_batch=min(PROFILE_MAX_BATCH, max_num_seqs),
+        max_batch=max_batch,
         output=run_dir / PROFILE_FILE,
         dtype=dtype or "auto",
         seed=seed,
@@ -155,8 +166,9 @@ def profile_config(
         engine_cmd=engine_cmd,
         engine_env=dict(engine_env or {}),
         health_timeout_s=health_timeout_s,
-        log_path=run_dir / "engine-profile.log",
+        log_path=log_path,
         api_key=api_key,
+        engine_spec=engine_spec,
     )
     validate_profile(config)
     return config
@@ -180,12 +192,18 @@ def profile_first(
 ) -> ProfileOutcome:
     """Run `budgettune profile` into the run folder: profile.json, the curve as profile.csv and
     the report profile.html. A profile that stops early is saved as far as it got and its
-    EngineError raised (the sweep stops with it)."""
+    EngineError raised (the sweep stops with it). With ``config.engine_spec`` the engine is
+    left running in ``outcome.held``."""
     outcome = run_profile(config, progress=progress, on_start=on_start)
-    if outcome.json_path is not None:
-        from budgettune.app.report import run_report  # plotly: only when a page is due
+    try:
+        if outcome.json_path is not None:
+            from budgettune.app.report import run_report  # plotly: only when a page is due
 
-        run_report(outcome.json_path, output=outcome.json_path.with_suffix(".html"))
+            run_report(outcome.json_path, output=outcome.json_path.with_suffix(".html"))
+    except BaseException:
+        if outcome.held is not None:
+            outcome.held.close()
+        raise
     return outcome
 
 

@@ -20,10 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 from budgettune.app.baseline import Baseline
 from budgettune.app.client import ClientSettings, client_settings, without_key
-from budgettune.app.launch import external_budget, launch_spec, resolve_engine
+from budgettune.app.launch import budget_spec, external_budget, launch_spec, resolve_engine
+from budgettune.app.profile import LAUNCH_HEADROOM_TOKENS
 from budgettune.app.requests import (
     DEFAULT_GPU,
     DEFAULT_MODEL,
+    PROFILE_MAX_BATCH,
     SWEEP_RATE_PER_S,
     SWEEP_REQUESTS,
     ModelRequest,
@@ -31,7 +33,13 @@ from budgettune.app.requests import (
     TrafficRequest,
 )
 from budgettune.app.slots import GPU_ENGINES, Slot, SlotPlan, parse_gpus, plan_slots
-from budgettune.app.sweep import PROFILE_FILE, open_run, profile_config, saved_profile
+from budgettune.app.sweep import (
+    PROFILE_FILE,
+    PROFILE_MIN_TOKENS,
+    open_run,
+    profile_config,
+    saved_profile,
+)
 from budgettune.app.traffic import Traffic, build_traffic, max_model_len_tokens
 from budgettune.artifacts.sweep_options import (
     OPTIONS_KEY,
@@ -49,13 +57,14 @@ from budgettune.loadgen.runner import RunOptions
 from budgettune.model.calibration import DEFAULT_CALIBRATION, CalibrationChoice
 from budgettune.model.profile import Profile, load_profile, profile_step_model
 from budgettune.model.stepmodel import StepModel
+from budgettune.profiling.plan import DEFAULT_CONTEXTS
 from budgettune.sim.kvcache import kv_capacity_blocks
 from budgettune.sim.scheduler import SchedulerConfig
 from budgettune.tune.sweep_config import ModelSourceKind, SweepConfig
 
 if TYPE_CHECKING:
     from budgettune.app.executors import Executor
-    from budgettune.app.profile import ProfileConfig, ProfileOutcome
+    from budgettune.app.profile import HeldEngine, ProfileConfig, ProfileOutcome
     from budgettune.tune.gpu import DetectedGPU
     from budgettune.tune.point import Point
 
@@ -75,13 +84,15 @@ ONE_SLOT = SlotPlan((Slot(0),), "one slot")
 class PreparedSweep:
     """What the sweep runs: its config, the traffic (its schedule, and at other rates for
     ``--goodput``), the budgets a resumed run folder already measured, the slots the
-    verifications run in and the Ray cluster to run them on (None: this machine)."""
+    verifications run in and the Ray cluster to run them on (None: this machine), and the engine
+    the profile step left running for its budget's replay (:func:`executor_for` hands it on)."""
 
     config: SweepConfig
     traffic: Traffic
     finished: Sequence[Point]
     slots: SlotPlan = ONE_SLOT
     ray: str | None = None
+    held: HeldEngine | None = None  # the profile step's engine, still running at its budget
 
 
 def resumed_request(
@@ -118,8 +129,9 @@ def prepare_sweep(
     budgets, where the step-time model comes from, the run folder, then the model itself."""
     slos = _checked_slos(request)
     client = client_settings(request.client)
-    run_options = _run_options(request, client)
     target = engine_target(request)
+    client = client.for_engine(target.engine, target.model)
+    run_options = _run_options(request, client)
     slot_plan = sweep_slots(request, target.engine)
     run_dir = (
         request.resume
@@ -139,15 +151,25 @@ def prepare_sweep(
     finished = open_run(run_dir, settings, resume=request.resume is not None)
     _say_setup(say, request, target, budgets, run_dir, finished)
     chosen = _chosen_model(plan, target.gpu_card, run_dir, say, profile_step)
-    say(f"step-time model: {chosen.source}")
-    say(f"traffic: {load.line}")
-    config = _sweep_config(
-        request, slos, target, spec, run_options, chosen, budgets, load, run_dir, settings,
-        without_key(command),
-    )  # fmt: skip
-    if slot_plan.parallel > 1 or request.ray:
-        say(f"slots: {slot_plan.how}" + (f"; on Ray ({request.ray})" if request.ray else ""))
-    return PreparedSweep(config, load.traffic, finished, slot_plan, request.ray)
+    held = chosen.held
+    try:
+        if held is not None and held.budget_tokens in {p.budget for p in finished}:
+            held.close()  # measured before an interruption: not measured again
+            held = None
+        say(f"step-time model: {chosen.source}")
+        say(f"traffic: {load.line}")
+        say(f"prompts: {client.prompts_line()}")
+        config = _sweep_config(
+            request, slos, target, spec, run_options, chosen, budgets, load, run_dir, settings,
+            without_key(command),
+        )  # fmt: skip
+        if slot_plan.parallel > 1 or request.ray:
+            say(f"slots: {slot_plan.how}" + (f"; on Ray ({request.ray})" if request.ray else ""))
+    except BaseException:
+        if held is not None:
+            held.close()
+        raise
+    return PreparedSweep(config, load.traffic, finished, slot_plan, request.ray, held)
 
 
 def _run_options(request: SweepRequest, client: ClientSettings) -> RunOptions:
@@ -284,6 +306,7 @@ def model_plan(
     engine, model, profile = target.engine, target.model, request.profile
     if profile is None and engine in REAL_ENGINES:
         assert model is not None  # engine_target checked it for the real engines
+        held = _profiled_engine(request, spec, budgets, slot_plan, run_dir)
         profiling = profile_config(
             run_dir, engine=engine, model=model, gpu=target.gpu,
             max_num_seqs=budgets.engine_seqs or ENGINE_SIZED_SEQS,
@@ -293,7 +316,7 @@ def model_plan(
             gpu_memory_utilization=spec.gpu_memory_utilization, engine_args=spec.extra_args,
             engine_cmd=spec.engine_cmd,
             engine_env={**spec.env, **slot_plan.slots[0].engine_env()},  # slot 0's GPUs
-            health_timeout_s=spec.health_timeout_s, api_key=api_key,
+            health_timeout_s=spec.health_timeout_s, api_key=api_key, engine_spec=held,
         )  # fmt: skip
         return ModelPlan(profiling)
     knee_found: bool | None = None  # no profile behind the roofline
@@ -317,6 +340,33 @@ def model_plan(
             "(--gpu names another)"
         )
     return ModelPlan(None, step_model, source, kind, knee_found)
+
+
+def _profiled_engine(
+    request: SweepRequest,
+    spec: LaunchSpec,
+    budgets: SweepBudgets,
+    slot_plan: SlotPlan,
+    run_dir: Path,
+) -> LaunchSpec | None:
+    """The engine the profile step runs on and leaves running for its budget's replay, so no
+    engine is started for profiling alone: the engine default's (which the sweep measures in any
+    case), started as its replay would be. None, and a start of the profile's own, where that
+    engine cannot hold every probe (a budget below a candidate's or below
+    PROFILE_MIN_TOKENS plus a decode batch, a shorter --max-model-len than the probes'
+    contexts), or where budgets run in other processes (--parallel, --ray)."""
+    reference = budgets.default_budget
+    if reference is None or slot_plan.parallel > 1 or request.ray:
+        return None
+    if budgets.candidates and reference < max(budgets.candidates):
+        return None
+    seqs = budgets.engine_seqs or ENGINE_SIZED_SEQS
+    if seqs < 2 or reference - min(PROFILE_MAX_BATCH, seqs - 1) < PROFILE_MIN_TOKENS:
+        return None  # the profile's own decode batch and prompt: the batch leaves one sequence
+    longest = max(reference, *DEFAULT_CONTEXTS) + LAUNCH_HEADROOM_TOKENS
+    if spec.max_model_len is not None and spec.max_model_len < longest:
+        return None
+    return budget_spec(spec, reference, run_dir)
 
 
 def _say_setup(
@@ -354,6 +404,7 @@ class ChosenModel:
     kind: ModelSourceKind
     gpu_card: GPU | None
     knee_found: bool | None  # of the profile behind it (None: the roofline)
+    held: HeldEngine | None = None  # the engine the profile step measured on, still running
 
 
 def _chosen_model(
@@ -368,9 +419,15 @@ def _chosen_model(
     if plan.profiling is None:
         assert plan.step_model is not None
         return ChosenModel(plan.step_model, plan.source, plan.kind, gpu_card, plan.knee_found)
-    profile, source = _measure_first(plan.profiling, run_dir, say, profile_step)
-    card = gpu_card or _profile_gpu(profile)
-    return ChosenModel(profile_step_model(profile), source, plan.kind, card, _knee_found(profile))
+    profile, source, held = _measure_first(plan.profiling, run_dir, say, profile_step)
+    try:
+        card = gpu_card or _profile_gpu(profile)
+        step_model = profile_step_model(profile)
+    except BaseException:
+        if held is not None:
+            held.close()
+        raise
+    return ChosenModel(step_model, source, plan.kind, card, _knee_found(profile), held)
 
 
 def _sweep_config(
@@ -446,7 +503,7 @@ def executor_for(prepared: PreparedSweep) -> Executor:
         return RayExecutor(prepared.ray, gpus_per_task=gpus)
     if prepared.slots.parallel > 1:
         return LocalProcesses()
-    return InProcess()
+    return InProcess(prepared.held)
 
 
 def sweep_slots(request: SweepRequest, engine: str) -> SlotPlan:
@@ -659,19 +716,26 @@ def _measure_first(
     run_dir: Path,
     say: Callable[[str], None],
     profile_step: Callable[[ProfileConfig], ProfileOutcome],
-) -> tuple[Profile, str]:
+) -> tuple[Profile, str, HeldEngine | None]:
     """Without a profile on a real engine: the profile this run folder already holds (a
-    resumed sweep), else the profile step run now, saying so and where; and the words that
-    name it as the predictions' source."""
+    resumed sweep), else the profile step run now, saying so and where; the words that name it
+    as the predictions' source; and the engine it ran on when it is left running for its
+    budget's replay."""
     assert config.output is not None
     source = f"calibrated profile {config.output} (measured first)"
     saved = saved_profile(run_dir)
     if saved is not None:
         say(f"profile: reusing {config.output}, measured by this sweep before it was interrupted")
-        return saved, source
+        return saved, source, None
+    spec = config.engine_spec
+    on = (
+        ""
+        if spec is None
+        else f", on the engine started for budget {spec.budget_tokens}, whose replay follows on it"
+    )
     say(
         f"no --profile: profiling {config.engine} first (prompts to {config.max_tokens} tokens, "
-        f"decode batches to {config.max_batch}) into {config.output}; --profile analytic "
+        f"decode batches to {config.max_batch}) into {config.output}{on}; --profile analytic "
         "skips this"
     )
     outcome = profile_step(config)
@@ -682,7 +746,7 @@ def _measure_first(
         f"{outcome.json_path} (curve {outcome.csv_path}, report "
         f"{config.output.with_suffix('.html')}); {ridge}"
     )
-    return measured, source
+    return measured, source, outcome.held
 
 
 def _knee_found(profile: Profile) -> bool | None:

@@ -9,13 +9,16 @@ replayed again was not stopped, and each re-measure runs its whole schedule.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from budgettune.app.launch import budget_spec
 from budgettune.app.replay import ReplayConfig, ReplayResult, launched, replay_on, save_replay
 from budgettune.core.errors import EngineError, StorageError
 from budgettune.core.metrics import MetricsSummary, summarize
@@ -26,6 +29,10 @@ from budgettune.tune.early_stop import EarlyStop, measured_records
 from budgettune.tune.point import Point, Predicted, Role, Status, SummaryMs
 from budgettune.tune.select import marginal_text
 from budgettune.tune.sweep_config import SweepConfig
+
+if TYPE_CHECKING:
+    from budgettune.app.profile import HeldEngine
+    from budgettune.engines.base import EngineHandle
 
 
 class NotSaved(Exception):
@@ -72,17 +79,14 @@ async def verify_budget(
     on_ready: Callable[..., None] | None = None,
     on_replay: Callable[..., None] | None = None,
     say: Callable[[str], None] | None = None,
+    held: HeldEngine | None = None,
 ) -> Point:
     """Launch the engine at ``budget``, replay ``first`` (stopping once the verdict is clear,
     unless ``early_stop`` is off), replay ``reseeded(k)`` while the point is marginal or its
     client unhealthy (one repeating a replay set aside may stop early too), and describe the
-    point. An engine that does not start is a point too."""
-    spec = dataclasses.replace(
-        config.base_spec,
-        budget_tokens=budget,
-        chunked_prefill=True,
-        log_path=config.run_dir / f"engine-{budget}.log",
-    )
+    point. An engine that does not start is a point too. ``held``: the engine already runs at
+    this budget (the profile step's): it is replayed on, and stopped at the end."""
+    spec = budget_spec(config.base_spec, budget, config.run_dir)
     replay = ReplayConfig(
         engine=config.engine,
         spec=spec,
@@ -96,7 +100,7 @@ async def verify_budget(
     started = time.perf_counter()
     done: list[Replayed] = []
     try:
-        async with launched(replay, on_start=on_start, on_ready=on_ready) as handle:
+        async with _engine(replay, held, on_start, on_ready) as handle:
             while True:
                 again = len(done)
                 schedule = first if again == 0 else reseeded(again)
@@ -158,6 +162,28 @@ async def verify_budget(
             wall_s=round(time.perf_counter() - started, 3),
             replays=0,
         )
+
+
+@contextlib.asynccontextmanager
+async def _engine(
+    replay: ReplayConfig,
+    held: HeldEngine | None,
+    on_start: Callable[..., None] | None,
+    on_ready: Callable[..., None] | None,
+) -> AsyncIterator[EngineHandle]:
+    """The engine to replay on: ``held`` (stopped on leaving), or one launched for ``replay``."""
+    if held is None:
+        async with launched(replay, on_start=on_start, on_ready=on_ready) as handle:
+            yield handle
+        return
+    try:
+        if on_ready is not None:
+            on_ready(held.handle)
+        yield held.handle
+    finally:
+        # Stopped here, blocking: the engine's own loop thread stops it, and a Ctrl-C that
+        # cancels this task must not leave it running.
+        held.close()
 
 
 def remeasure_reason(point: Point, latest: Replayed, config: SweepConfig) -> str | None:

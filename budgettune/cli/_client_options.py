@@ -1,6 +1,6 @@
 """The load generator's options ``replay`` and ``sweep`` share (one :class:`OptionGroup` packed
 into a :class:`~budgettune.app.requests.ClientRequest`): the API, closed-loop concurrency, usage
-in every chunk and the API key; ``--api-key`` alone is also ``profile``'s."""
+in every chunk, the API key and the prompts' form; ``--api-key`` alone is also ``profile``'s."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ Endpoint = Annotated[
     str,
     typer.Option(
         "--endpoint",
-        help="completions (/v1/completions, prompts as token ids) or chat "
+        help="completions (/v1/completions, prompts as --prompt-form says) or chat "
         "(/v1/chat/completions, one user message of one word per token; the chat template "
         "adds the server's own few tokens).",
         rich_help_panel=PANEL,
@@ -61,6 +61,30 @@ ContinuousUsage = Annotated[
     ),
 ]
 
+PromptForm = Annotated[
+    str,
+    typer.Option(
+        "--prompt-form",
+        help="What completions prompts are sent as. text: words the model's tokenizer encodes "
+        "to exactly the scheduled tokens, tokenized by the server as a real request is. ids: "
+        "token ids, no tokenizer work. auto: text where a tokenizer is at hand (--tokenizer, or "
+        "vLLM's or SGLang's model folder or cached model id), ids otherwise (the sim engine, a "
+        "server you run without --tokenizer).",
+        rich_help_panel=PANEL,
+    ),
+]
+
+Tokenizer = Annotated[
+    str | None,
+    typer.Option(
+        "--tokenizer",
+        show_default=False,
+        help="The tokenizer text prompts are made with: a model folder, a tokenizer.json, or a "
+        "model id in the Hugging Face cache (never downloaded). Default: the --model's.",
+        rich_help_panel=PANEL,
+    ),
+]
+
 CLIENT = OptionGroup(
     ClientRequest,
     {
@@ -68,5 +92,7 @@ CLIENT = OptionGroup(
         "concurrency": Concurrency,
         "continuous_usage_stats": ContinuousUsage,
         "api_key": ApiKey,
+        "prompt_form": PromptForm,
+        "tokenizer": Tokenizer,
     },
 )

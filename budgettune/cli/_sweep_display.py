@@ -22,6 +22,7 @@ from rich.table import Table
 from budgettune.cli._common import console, console_err
 from budgettune.core.units import format_ms, format_ms_cell, format_ms_of
 from budgettune.engines.base import EngineHandle, StartProgress
+from budgettune.loadgen.selfcheck import prompt_length_sentence
 from budgettune.tune.select import interval_text, rate_text
 
 if TYPE_CHECKING:  # the live runner (httpx) and the sweep pipeline load when the command runs
@@ -158,7 +159,13 @@ def _point_line(point: Point, config: SweepConfig) -> str:
         f"{p} TTFT {figure(point.ttft_ms, point.ttft_ci_ms)}: {verdict}{note} "
         f"[{point.wall_s:.0f} s]"
     )
-    for warning in point.client_warnings:
+    warnings = list(point.client_warnings)
+    check = point.selfcheck or {}
+    counted = check.get("prompt_tokens") or {}
+    if counted.get("off"):
+        form = str(check.get("prompt_form"))
+        warnings.append(prompt_length_sentence(counted["off"], counted.get("checked"), form))
+    for warning in warnings:
         line += f"\n  [yellow]warning:[/yellow] budget {point.budget}: {warning}"
     return line
 

@@ -215,6 +215,9 @@ def _lag_cell(value_ms: float | None) -> str:
     return f"{value_ms:.2f} ms"
 
 
+_PROMPT_FORMS = {"text": "text, tokenized by the server", "ids": "token ids"}
+
+
 def _print_summary(result: ReplayResult, traffic: str) -> None:
     from rich import box
     from rich.table import Table
@@ -260,6 +263,13 @@ def _print_summary(result: ReplayResult, traffic: str) -> None:
         f"({check.merged_chunks_mode})",
         highlight=False,
     )
+    counted = (
+        f", {check.prompt_tokens_checked - check.prompt_tokens_off} of "
+        f"{check.prompt_tokens_checked} as long as scheduled by the server's count"
+        if check.prompt_tokens_checked
+        else ""
+    )
+    console.print(f"prompts: {_PROMPT_FORMS[check.prompt_form]}{counted}", highlight=False)
     server = result.server
     if server.ttft is not None or server.itl is not None:
         parts = []
@@ -287,6 +297,9 @@ def _finish(result: ReplayResult) -> None:
     check = result.outcome.selfcheck()
     for warning in check.health_warnings():
         print_warning(warning)
+    prompt_warning = check.prompt_length_warning()
+    if prompt_warning is not None:
+        print_warning(prompt_warning)
     loop = result.server.loop_lateness
     lateness = loop.p99_ms if loop is not None else None
     if lateness is not None and lateness > LAG_WARN_MS:  # the same bound as the client's

@@ -179,21 +179,23 @@ def prompt_text(prompt_ids: list[int]) -> str:
 def request_body(
     endpoint: Endpoint,
     model: str,
-    prompt_ids: list[int],
+    prompt: list[int] | str,
     max_tokens: int,
     *,
     stream_usage: bool = True,
     continuous_usage: bool = False,
 ) -> bytes:
     """The JSON body of one streaming (chat) completion forcing exactly ``max_tokens`` output
-    tokens (``ignore_eos``). ``stream_usage`` asks for the final usage chunk; ``continuous_usage``
-    also for usage in every chunk (vLLM's ``continuous_usage_stats``: exact tokens per chunk,
-    but measurably more work for the server)."""
+    tokens (``ignore_eos``). ``prompt``: token ids, or text (a chat message from ids is one
+    :data:`CHAT_WORDS` word per id). ``stream_usage`` asks for the final usage chunk;
+    ``continuous_usage`` also for usage in every chunk (vLLM's ``continuous_usage_stats``:
+    exact tokens per chunk, but measurably more work for the server)."""
     body: dict[str, object] = {"model": model}
     if endpoint is Endpoint.CHAT:
-        body["messages"] = [{"role": "user", "content": prompt_text(prompt_ids)}]
+        content = prompt if isinstance(prompt, str) else prompt_text(prompt)
+        body["messages"] = [{"role": "user", "content": content}]
     else:
-        body["prompt"] = prompt_ids
+        body["prompt"] = prompt
     body.update(max_tokens=max_tokens, ignore_eos=True, temperature=0.0, stream=True)
     if stream_usage or continuous_usage:
         options: dict[str, bool] = {"include_usage": True}

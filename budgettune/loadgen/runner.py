@@ -36,6 +36,7 @@ from budgettune.loadgen.machine_speed import reference_ms
 from budgettune.loadgen.selfcheck import LagStats, SelfCheck
 from budgettune.loadgen.server_metrics import ServerSnapshot, scrape
 from budgettune.loadgen.stop import Stop, StopReason
+from budgettune.loadgen.text_prompts import text_prompts
 from budgettune.loadgen.transport import SEND_AT, SendTime, async_client
 from budgettune.trace.schedule import Schedule
 
@@ -96,6 +97,13 @@ class RunOptions:
     endpoint: Endpoint = Endpoint.COMPLETIONS
     concurrency: int | None = None
     continuous_usage: bool = False
+    tokenizer: str | None = None  # a tokenizer.json: completions prompts sent as its text
+
+    @property
+    def prompt_form(self) -> str:
+        """What the prompts are sent as: ``text`` (chat messages, or completions prompts made
+        with ``tokenizer``) or ``ids`` (completions prompts as token ids)."""
+        return "text" if self.endpoint is Endpoint.CHAT or self.tokenizer else "ids"
 
     def __post_init__(self) -> None:
         if self.merged_chunks not in MERGED_MODES:
@@ -211,6 +219,8 @@ class RunOutcome:
     # Per sent request (schedule order), how late the timer that released its bytes woke: the
     # machine's share of the send lag (the rest is the write itself).
     wake_late_s: FloatArray = field(default_factory=lambda: np.empty(0))
+    prompt_form: str = "ids"  # RunOptions.prompt_form: what the prompts were sent as
+    endpoint: Endpoint = Endpoint.COMPLETIONS
 
     def __repr__(self) -> str:  # short: see LiveRecord.__repr__
         return (
@@ -237,6 +247,7 @@ class RunOutcome:
         share = merged / chunks if chunks else 0.0
         wake_ms = self.wake_late_s[: len(lag_ms)] * 1e3
         wake_ms = wake_ms[np.isfinite(wake_ms)]  # requests never written have no release time
+        checked, off = self._prompt_tokens_counted()
         return SelfCheck(
             scheduled=self.scheduled,
             sent=len(self.records),
@@ -256,7 +267,25 @@ class RunOutcome:
             client_cpu_share=finite_or_none(self.client_cpu_share, digits=3),
             machine_ref_before_ms=self.machine_ref_before_ms,
             machine_ref_after_ms=self.machine_ref_after_ms,
+            prompt_form=self.prompt_form,
+            prompt_tokens_checked=checked,
+            prompt_tokens_off=off,
         )
+
+    def _prompt_tokens_counted(self) -> tuple[int, int]:
+        """Of the completions requests whose server reported ``usage.prompt_tokens``, how many
+        there were and how many it counted otherwise than scheduled: the server's own word that
+        the prompts were as long as asked (a chat template adds its own tokens: not checked)."""
+        checked = off = 0
+        if self.endpoint is Endpoint.CHAT:
+            return checked, off
+        for live in self.records:
+            counted = (live.usage or {}).get("prompt_tokens")
+            if not isinstance(counted, int):
+                continue
+            checked += 1
+            off += counted != live.record.prompt_tokens
+        return checked, off
 
 
 def _lag_stats(values_ms: FloatArray) -> LagStats:
@@ -302,6 +331,16 @@ def prompt_ids(schedule: Schedule, index: int, options: RunOptions) -> list[int]
             prefix = group_rng.integers(low, high, size=shared).tolist()
     rest = rng.integers(low, high, size=length - len(prefix)).tolist()
     return prefix + rest
+
+
+def prompts_as_text(schedule: Schedule, options: RunOptions) -> list[str] | None:
+    """Every completions prompt as text of exactly its scheduled tokens on
+    ``options.tokenizer``, made before the run starts (encoding is not free); None when the
+    prompts go as ids (no tokenizer, or the chat API, whose messages are text already)."""
+    if options.tokenizer is None or options.endpoint is Endpoint.CHAT:
+        return None
+    ids = [prompt_ids(schedule, index, options) for index in range(len(schedule))]
+    return text_prompts(options.tokenizer).texts(ids)
 
 
 def error_rate_rule(max_error_rate: float, min_finished: int) -> StopRule:
@@ -407,6 +446,7 @@ async def run_schedule(
     closed_loop = options.concurrency is not None
     slots = asyncio.Semaphore(options.concurrency or 1)  # closed loop only
     unauthorized: str | None = None
+    texts = prompts_as_text(schedule, options)
 
     async with async_client(
         target.base_url, limits=limits, timeout=timeout, headers=bearer_headers(target.api_key)
@@ -494,7 +534,7 @@ async def run_schedule(
                     request_body(
                         options.endpoint,
                         target.model,
-                        prompt_ids(schedule, index, options),
+                        prompt_ids(schedule, index, options) if texts is None else texts[index],
                         int(schedule.output_tokens[index]),
                         stream_usage=options.stream_usage,
                         continuous_usage=options.continuous_usage,
@@ -571,4 +611,6 @@ async def run_schedule(
         server_before=before,
         server_after=after,
         wake_late_s=np.array([_late_s(send_times[live.record.request_id]) for live in records]),
+        prompt_form=options.prompt_form,
+        endpoint=options.endpoint,
     )

@@ -15,6 +15,15 @@ RATE_TOLERANCE = 0.02  # achieved open-loop send rate off the schedule's by more
 CPU_SATURATED_SHARE = 0.9  # the client's process busy this share of the run's wall time
 
 
+def prompt_length_sentence(off: object, checked: object, form: str) -> str:
+    """The warning for ``off`` of ``checked`` requests whose server counted another prompt
+    length than scheduled (a replay's, or a sweep point's saved self-check)."""
+    return (
+        f"the server counted another prompt length than scheduled for {off} of {checked} "
+        f"requests (prompts sent as {form}): the traffic replayed is not the traffic asked"
+    )
+
+
 @dataclass(slots=True, frozen=True)
 class LagStats:
     """p50, p99 and max of a lateness in milliseconds; all None when nothing was measured."""
@@ -53,6 +62,11 @@ class SelfCheck:
     client_cpu_share: float | None = None  # the client process's CPU time / the run's wall time
     machine_ref_before_ms: float | None = None  # machine_speed.reference_ms before the run
     machine_ref_after_ms: float | None = None  # and after it
+    prompt_form: str = "ids"  # what the prompts were sent as: text or (token) ids
+    # Completions requests whose server reported usage.prompt_tokens, and of them how many it
+    # counted otherwise than scheduled (the prompts' lengths, checked by the server).
+    prompt_tokens_checked: int = 0
+    prompt_tokens_off: int = 0
 
     def health_warnings(self) -> tuple[str, ...]:
         """What was wrong with the load generator itself during the run, one sentence each
@@ -94,6 +108,16 @@ class SelfCheck:
             )
         return tuple(found)
 
+    def prompt_length_warning(self) -> str | None:
+        """The sentence when the server counted other prompt lengths than scheduled (a
+        tokenizer that is not the server's, a BOS it adds): not the client's health, so not
+        in :meth:`health_warnings` (measuring again would not change it). None when it agreed."""
+        if not self.prompt_tokens_off:
+            return None
+        return prompt_length_sentence(
+            self.prompt_tokens_off, self.prompt_tokens_checked, self.prompt_form
+        )
+
     def to_json(self) -> dict[str, object]:
         """The ``selfcheck`` record of results.json and points.jsonl (key names as written since
         the first release)."""
@@ -117,6 +141,11 @@ class SelfCheck:
             "machine_ref_ms": {
                 "before": self.machine_ref_before_ms,
                 "after": self.machine_ref_after_ms,
+            },
+            "prompt_form": self.prompt_form,
+            "prompt_tokens": {
+                "checked": self.prompt_tokens_checked,
+                "off": self.prompt_tokens_off,
             },
             "client_warnings": list(self.health_warnings()),
         }

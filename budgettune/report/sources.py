@@ -227,6 +227,21 @@ def simulate_input(
     )
 
 
+def prompts_fact(form: object, counted: object = None) -> tuple[str, str] | None:
+    """The report's line on what the prompts were sent as (``text`` or ``ids``, as results
+    record it) and, where the server reported its count, how many it found as long as
+    scheduled. None for results that do not say (written before prompts could be text)."""
+    words = {"text": "text, tokenized by the server", "ids": "token ids (no tokenizer work)"}
+    if form not in words:
+        return None
+    line = words[str(form)]
+    count = as_mapping(counted)
+    checked, off = as_number(count.get("checked")), as_number(count.get("off"))
+    if checked and off is not None:
+        line += f"; {checked - off:g} of {checked:g} as long as scheduled by the server's count"
+    return ("prompts", line)
+
+
 def _slo_facts(slo: Slo) -> tuple[tuple[str, str], ...]:
     facts = []
     if slo.tbt_ms is not None:
@@ -499,6 +514,9 @@ def results_input(
             )
         )
     facts.append(("requests", f"{first.completed} completed, {first.failed} failed"))
+    prompts = prompts_fact(selfcheck0.get("prompt_form"), selfcheck0.get("prompt_tokens"))
+    if prompts is not None:
+        facts.append(prompts)
     server = as_mapping(selfcheck0.get("server"))
     itl, ttft_server = as_mapping(server.get("itl")), as_mapping(server.get("ttft"))
     if itl.get("p99_ms") is not None or ttft_server.get("p99_ms") is not None:

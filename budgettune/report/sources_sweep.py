@@ -48,6 +48,7 @@ from budgettune.report.sources import (
     Slo,
     as_number,
     percentiles_json,
+    prompts_fact,
     python_text,
     reason_class,
     relative_path,
@@ -414,6 +415,9 @@ def _verdict(document: SweepDocument, sweep: SweepInput, slo: Slo) -> Verdict:
         facts.append(("TTFT SLO", f"{pct} <= {slo.ttft_ms:g} ms"))
     if sweep.rate_per_s is not None:
         facts.append(("load", f"{sweep.rate_per_s:.3g} requests/s: {document.traffic or ''}"))
+    prompts = prompts_fact(document.settings.get("prompt_form"))
+    if prompts is not None:
+        facts.append(prompts)
     name = document.engine_name or document.settings.get("engine")
     if name:
         facts.append(("engine", str(name)))

@@ -70,6 +70,13 @@ def test_sweep_on_vllm_writes_a_config_vllm_serves(
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert "engine vllm (as asked)" in result.stderr
     err = " ".join(result.stderr.split())
+    # The model folder holds its tokenizer: prompts go as text of exactly the scheduled tokens,
+    # and vLLM's own usage.prompt_tokens says every one of them was as long as scheduled.
+    assert f"prompts: text of exactly the scheduled tokens on {model}/tokenizer.json" in err, err
+    for line in (run_dir / "points.jsonl").read_text().splitlines():
+        check = json.loads(line)["selfcheck"]
+        assert check["prompt_form"] == "text", check
+        assert check["prompt_tokens"]["checked"] >= 9 and check["prompt_tokens"]["off"] == 0
     assert not (run_dir / "profile.json").exists()  # --profile given: no profile step
     doc = json.loads((run_dir / "recommendation.json").read_text())
     assert doc["model_source"].startswith(f"calibrated profile {vllm_profile.path}"), doc

@@ -2,7 +2,8 @@
 installed command. The "vLLM" here is the embedded sim server behind vLLM's command line (a
 script that passes vLLM's flags on, so every request is served in real time by the modeled H100):
 a profile that stops early fails the sweep and keeps its partial measurements; --resume measures
-it again, then the sweep runs on it; a second --resume reuses it."""
+it again, then the sweep runs on it; a second --resume reuses it. (With a baseline the profile
+runs on the baseline's engine: test_sweep_profile_held.py.)"""
 
 from __future__ import annotations
 
@@ -13,37 +14,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from fake_vllm import FAKE_VLLM  # this folder is on sys.path under pytest
 
 pytestmark = [pytest.mark.slow, pytest.mark.timing]  # measured TBT against the profile's prediction
-
-# vLLM's command line onto the sim server; FAKE_VLLM_CRASH_AFTER=N SIGKILLs the server once it
-# has served N requests (read from its own /metrics), as an engine dying mid-profile would.
-FAKE_VLLM = """
-    import os, signal, sys, threading, time, runpy, urllib.request
-    args = [a for a in sys.argv[1:] if a not in ("--no-enable-prefix-caching",)]
-    crash_after = int(os.environ.get("FAKE_VLLM_CRASH_AFTER", "0"))
-
-    def served(port):
-        url = f"http://127.0.0.1:{port}/metrics"
-        text = urllib.request.urlopen(url, timeout=2).read().decode()
-        return sum(float(line.split()[-1]) for line in text.splitlines()
-                   if line.startswith("vllm:request_success_total"))
-
-    def watch(port):
-        while True:
-            time.sleep(0.1)
-            try:
-                if served(port) >= crash_after:
-                    os.kill(os.getpid(), signal.SIGKILL)
-            except OSError:
-                pass
-
-    if crash_after:
-        port = args[args.index("--port") + 1]
-        threading.Thread(target=watch, args=(port,), daemon=True).start()
-    sys.argv = ["sim_server", *args]
-    runpy.run_module("budgettune.engines.embedded", run_name="__main__")
-"""
 
 
 def run_sweep(cmd: list[str], *args: str) -> subprocess.CompletedProcess[str]:
