@@ -3,7 +3,7 @@
 For every shipped reference file (data/aiconfigurator/<model>_<gpu>.csv, NVIDIA AIConfigurator
 0.12.0's vLLM database), the RMS and maximum relative error of the model's iteration time
 against the reference, at overhead 0 (both are GPU time only), in both calibrations: measured
-(the default, fitted per GPU) and seed (the seed article's). Per series too, and the issue's
+(the default, fitted per GPU) and seed (the textbook roofline's). Per series too, and the issue's
 worked points. Targets: RMS at most 12% and max at most 25% (tests/test_calibration.py holds
 the measured calibration to them). The figures are deterministic: no timing is involved.
 

@@ -47,7 +47,7 @@ def test_ridge_json_h100(budgettune_cmd: list[str]) -> None:
     result = run(budgettune_cmd, *args, "--calibration", "seed")
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
-    assert doc["ridge_tokens"] == pytest.approx(221.4, abs=0.1)  # the seed article's figure
+    assert doc["ridge_tokens"] == pytest.approx(221.4, abs=0.1)  # the textbook roofline's figure
     assert doc["calibration"] == "seed"
     assert "step_ms" not in doc  # no iteration was asked about: no made-up 0 ms step
     # The default: the measured calibration, whose ridge is the fitted figures' (engine

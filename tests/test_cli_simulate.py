@@ -104,7 +104,7 @@ def test_table_for_humans() -> None:
     seed = runner.invoke(
         app, ["simulate", *SMALL, "--budgets", "128,1024", "--calibration", "seed"]
     )
-    assert "ridge P* = 221 tokens" in " ".join(seed.output.split())  # the seed article's
+    assert "ridge P* = 221 tokens" in " ".join(seed.output.split())  # the textbook roofline's
     assert "128*" in text and "below the ridge" in text  # 128 < P*
     assert "1024" in text and "none" in text and "TTFT" in text and "TBT" in text
 

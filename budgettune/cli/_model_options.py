@@ -43,7 +43,7 @@ TensorParallel = Annotated[int, typer.Option(
 Calibration = Annotated[str, typer.Option(
     "--calibration", help="Step-time model calibration: measured (per-GPU efficiencies fitted to "
     "NVIDIA AIConfigurator's silicon-measured vLLM database, the engine's accounting) or seed "
-    "(the seed article's: F = 0.6 of peak, B = 0.8, t0 = 0.5 ms, overlapped).",
+    "(the textbook roofline's: F = 0.6 of peak, B = 0.8, t0 = 0.5 ms, overlapped).",
 )]  # fmt: skip
 ComputeEfficiency = Annotated[float | None, typer.Option(
     "--compute-efficiency",

@@ -155,7 +155,7 @@ def profile(
         typer.Option(
             "--calibration",
             help="analytic and sim: measured (per-GPU figures fitted to AIConfigurator's "
-            "silicon-measured database) or seed (the seed article's); also the preset the "
+            "silicon-measured database) or seed (the textbook roofline's); also the preset the "
             "fit is shown beside.",
         ),
     ] = MODEL_DEFAULTS.calibration,

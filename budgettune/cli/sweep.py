@@ -54,7 +54,7 @@ Profile = Annotated[Path | None, typer.Option(
 Calibration = Annotated[str, typer.Option(
     "--calibration", help="Calibration of the analytic roofline (sim and external, or "
     "--profile analytic) and of the sim engine: measured (per-GPU figures fitted to NVIDIA "
-    "AIConfigurator's silicon-measured vLLM database) or seed (the seed article's).",
+    "AIConfigurator's silicon-measured vLLM database) or seed (the textbook roofline's).",
     rich_help_panel=eo.PANEL,
 )]  # fmt: skip
 Budgets = Annotated[str | None, typer.Option(

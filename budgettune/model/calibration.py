@@ -5,8 +5,8 @@ CPU time that turn a GPU's datasheet figures into iteration times. Two, by name:
   engine accounting (:mod:`budgettune.model.stepmodel`). The table below is the only place the
   fitted figures live; ``scripts/fit_calibrations.py`` re-derives it from the reference points
   in ``data/aiconfigurator/`` (NVIDIA AIConfigurator 0.12.0's vLLM database, Apache-2.0).
-- ``seed``: the seed article's accounting and figures (F = 0.6 of peak, B = 0.8, t0 = 0.5 ms,
-  overlapped, a hard max), kept so its worked figures reproduce.
+- ``seed``: the textbook roofline's accounting and figures (F = 0.6 of peak, B = 0.8, t0 = 0.5
+  ms, overlapped, a hard max), kept so its worked figures reproduce.
 """
 
 from __future__ import annotations
@@ -111,8 +111,8 @@ SEED = Calibration(
     mode="overlapped",
     overhead_s=0.5e-3,
     overhead_per_seq_s=0.0,
-    source="the seed article's roofline: F = 0.6 of peak, B = 0.8, t0 = 0.5 ms, every "
-    "weight in every token's FLOPs",
+    source="the textbook roofline: F = 0.6 of peak, B = 0.8, t0 = 0.5 ms, every weight in "
+    "every token's FLOPs",
 )
 
 # ---------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ batch (scheduling, input preparation, sampling).
 
 Two accountings (:mod:`budgettune.model.calibration` names them):
 
-- the seed article's: every parameter costs 2 FLOPs per token and every weight is read once per
+- the textbook roofline's: every parameter costs 2 FLOPs per token and every weight is read once per
   iteration, with one bandwidth for weights and KV cache and a hard ``max``;
 - the engine's (vLLM V1): the embedding is a lookup (no FLOPs, no full read); the LM head
   computes logits for one position per scheduled sequence, partial prefills included
