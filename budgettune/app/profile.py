@@ -376,13 +376,9 @@ def _analytic(config: ProfileConfig, shape: ModelShape, created: str) -> Profile
         tensor_parallel=config.tensor_parallel,
     )
     return analytic_profile(
-        source=config.model,
-        shape=shape,
+        model_info=ModelInfo(config.model, shape, dtype, weight_bytes, weight_bytes),
         gpu=gpu,
         model=model,
-        dtype=dtype,
-        bytes_per_weight=weight_bytes,
-        kv_bytes_per_element=weight_bytes,
         tensor_parallel=config.tensor_parallel,
         plan=_plan(config, shape),
         created_utc=created,

@@ -135,30 +135,47 @@ async def verify_in_rounds(
         for start in range(0, len(todo), k):
             await run_round([(b, Role.CANDIDATE) for b in todo[start : start + k]])
     while not config.exhaustive:
-        usable = [b for b in candidates.budgets if b not in done or done[b].is_measured]
-        state = SearchState(n=len(usable))
-        for position, budget in enumerate(usable):
-            if budget in done:
-                point = done[budget]
-                state.record(position, Verdict(bool(point.tbt_ok), bool(point.ttft_ok)))
-        picks = next_indices(state, [verdicts[b] for b in usable], k)
-        if not picks:
-            # The answer is a marginal pass: verify below it until a budget passes clearly,
-            # so the verdict can name one.
-            clear = {i for i, b in enumerate(usable) if b in done and done[b].clear_pass}
-            fallback = clear_fallback(state, clear)
-            picks = [] if fallback is None else [fallback]
-        if not picks:
+        picked = search_round(candidates.budgets, done, verdicts, k, reference)
+        if not picked:
             break
-        pairs = [(usable[i], Role.CANDIDATE) for i in picks]
-        spare = len(pairs) < k and reference is not None and reference not in done
-        if spare and reference not in {b for b, _ in pairs}:
-            assert reference is not None
-            pairs.append((reference, Role.REFERENCE))  # a free slot: today's budget
-        await run_round(pairs)
+        await run_round(picked)
     if reference is not None and reference not in done:
         await run_round([(reference, Role.REFERENCE)])
     return outcome
+
+
+def search_round(
+    budgets: Sequence[int],
+    done: Mapping[int, Point],
+    verdicts: Mapping[int, Verdict],
+    k: int,
+    reference: int | None,
+) -> list[tuple[int, Role]]:
+    """The budgets the interval search verifies next, up to ``k`` (one per slot), from the
+    verdicts of the points in ``done`` and the predictions' ``verdicts`` elsewhere; the engine
+    default (``reference``) fills a slot the search leaves free. Empty when the search is done.
+    A budget whose engine failed is left out of the search."""
+    usable = [b for b in budgets if b not in done or done[b].is_measured]
+    state = SearchState(n=len(usable))
+    for position, budget in enumerate(usable):
+        if budget in done:
+            point = done[budget]
+            state.record(position, Verdict(bool(point.tbt_ok), bool(point.ttft_ok)))
+    picks = next_indices(state, [verdicts[b] for b in usable], k)
+    if not picks:
+        # The answer is a marginal pass: verify below it until a budget passes clearly,
+        # so the verdict can name one.
+        clear = {i for i, b in enumerate(usable) if b in done and done[b].clear_pass}
+        fallback = clear_fallback(state, clear)
+        picks = [] if fallback is None else [fallback]
+    if not picks:
+        return []
+    pairs = [(usable[i], Role.CANDIDATE) for i in picks]
+    spare = len(pairs) < k and reference is not None and reference not in done
+    if spare and reference not in {b for b, _ in pairs}:
+        assert reference is not None
+        pairs.append((reference, Role.REFERENCE))  # a free slot: today's budget
+    return pairs
 
 
 def _ok(config: SweepConfig, prediction: Prediction) -> tuple[bool, bool]:

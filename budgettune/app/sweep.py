@@ -118,24 +118,20 @@ def profile_config(
     model: str,
     gpu: str | None,
     max_num_seqs: int,
+    launch: LaunchSpec,
+    engine_env: Mapping[str, str],
     budgets: Sequence[int] | None = None,
     reference_budget: int | None = None,
     seed: int = 0,
-    dtype: str | None = None,
-    tensor_parallel: int | None = None,
-    gpu_memory_utilization: float | None = None,
-    engine_args: tuple[str, ...] = (),
-    engine_cmd: tuple[str, ...] | None = None,
-    engine_env: dict[str, str] | None = None,
-    health_timeout_s: float | None = None,
-    api_key: str | None = None,
     engine_spec: LaunchSpec | None = None,
 ) -> ProfileConfig:
     """The profile step of a sweep on a real engine: `budgettune profile`'s defaults, with
     prompts up to the largest budget the sweep considers (``budgets`` and the reference; without
     ``budgets``, at least the profile's default 8192: no iteration holds more than its budget),
     capped at the model's length, and decode batches up to ``max_num_seqs`` (none can be
-    larger), written to ``<run>/profile.json``. Raises SpecError for a model it cannot read.
+    larger), written to ``<run>/profile.json``. The engine is started as the sweep's ``launch``
+    says (its command, arguments, dtype, parallelism, memory share, health timeout and key),
+    with ``engine_env``. Raises SpecError for a model it cannot read.
 
     ``engine_spec``: the profile runs on that engine (a budget the sweep measures) and keeps it
     running; its prompts stop where a prompt and the decode batch still fit one iteration of its
@@ -158,16 +154,16 @@ def profile_config(
         max_tokens=min(max_tokens, limit) if limit else max_tokens,
         max_batch=max_batch,
         output=run_dir / PROFILE_FILE,
-        dtype=dtype or "auto",
+        dtype=launch.dtype or "auto",
         seed=seed,
-        tensor_parallel=tensor_parallel or 1,
-        gpu_memory_utilization=gpu_memory_utilization,
-        engine_args=engine_args,
-        engine_cmd=engine_cmd,
-        engine_env=dict(engine_env or {}),
-        health_timeout_s=health_timeout_s,
+        tensor_parallel=launch.tensor_parallel_size or 1,
+        gpu_memory_utilization=launch.gpu_memory_utilization,
+        engine_args=launch.extra_args,
+        engine_cmd=launch.engine_cmd,
+        engine_env=dict(engine_env),
+        health_timeout_s=launch.health_timeout_s,
         log_path=log_path,
-        api_key=api_key,
+        api_key=launch.api_key,
         engine_spec=engine_spec,
     )
     validate_profile(config)
@@ -335,6 +331,20 @@ async def run_sweep(
         recommendation,
         RunFacts(launches, rounds.rounds, len(slots), executor.name, wall_s),
     )
+    files = _write_run_folder(config, recommendation, document, points)
+    return SweepResult(
+        candidates, predictions, points, recommendation, launches, wall_s, files, document
+    )
+
+
+def _write_run_folder(
+    config: SweepConfig,
+    recommendation: Recommendation,
+    document: Mapping[str, object],
+    points: Sequence[Point],
+) -> dict[str, Path]:
+    """The sweep's outputs in its run folder: recommendation.json and the engine's config file,
+    results.json, and the report page; the profile.json the folder holds is listed too."""
     files = write_outputs(
         config.run_dir,
         recommendation,
@@ -351,15 +361,13 @@ async def run_sweep(
             dtype=config.base_spec.dtype,
         ),
     )
-    files["results"] = save_results(sweep_results(config, document, points), config.run_dir)
+    files["results"] = save_results(sweep_results(config, document, list(points)), config.run_dir)
     if (config.run_dir / PROFILE_FILE).is_file():  # the profile step's, or an earlier run's
         files["profile"] = config.run_dir / PROFILE_FILE
     from budgettune.app.report import run_report  # plotly loads only when a page is written
 
     files["report"] = run_report(config.run_dir).path
-    return SweepResult(
-        candidates, predictions, points, recommendation, launches, wall_s, files, document
-    )
+    return files
 
 
 async def _goodput(

@@ -141,7 +141,7 @@ def prepare_sweep(
     load = sweep_traffic(request, client, warn)
     spec = sweep_launch_spec(request, target, load.request, client.api_key)
     budgets = sweep_budgets(request, target, spec, client.api_key)
-    plan = model_plan(request, target, spec, budgets, slot_plan, run_dir, client.api_key)
+    plan = model_plan(request, target, spec, budgets, slot_plan, run_dir)
     settings = _settings(
         request, target.engine, load.traffic, run_dir, plan.profiling is not None,
         load.synthetic, budgets.default_budget, spec.extra_args, load.request.rate,
@@ -299,7 +299,6 @@ def model_plan(
     budgets: SweepBudgets,
     slot_plan: SlotPlan,
     run_dir: Path,
-    api_key: str | None,
 ) -> ModelPlan:
     """The measure-first rule: vLLM and SGLang without --profile are profiled first (slot 0's
     GPUs, up to the largest budget considered); otherwise the profile given or the presets."""
@@ -309,14 +308,10 @@ def model_plan(
         held = _profiled_engine(request, spec, budgets, slot_plan, run_dir)
         profiling = profile_config(
             run_dir, engine=engine, model=model, gpu=target.gpu,
-            max_num_seqs=budgets.engine_seqs or ENGINE_SIZED_SEQS,
-            budgets=budgets.candidates, reference_budget=budgets.default_budget,
-            seed=request.traffic.seed, dtype=spec.dtype,
-            tensor_parallel=spec.tensor_parallel_size,
-            gpu_memory_utilization=spec.gpu_memory_utilization, engine_args=spec.extra_args,
-            engine_cmd=spec.engine_cmd,
+            max_num_seqs=budgets.engine_seqs or ENGINE_SIZED_SEQS, launch=spec,
             engine_env={**spec.env, **slot_plan.slots[0].engine_env()},  # slot 0's GPUs
-            health_timeout_s=spec.health_timeout_s, api_key=api_key, engine_spec=held,
+            budgets=budgets.candidates, reference_budget=budgets.default_budget,
+            seed=request.traffic.seed, engine_spec=held,
         )  # fmt: skip
         return ModelPlan(profiling)
     knee_found: bool | None = None  # no profile behind the roofline

@@ -103,40 +103,20 @@ async def verify_budget(
         async with _engine(replay, held, on_start, on_ready) as handle:
             while True:
                 again = len(done)
-                schedule = first if again == 0 else reseeded(again)
-                rule = EarlyStop(
-                    schedule,
-                    config.run.warmup_requests,
-                    config.slo_tbt_s,
-                    config.slo_ttft_s,
-                    config.quantile,
-                )
                 # Only a replay the point would be judged on may stop early: the first, or one
                 # repeating replays all set aside for the client's health. A replay for a
                 # marginal verdict runs in full (stopping at a clear fail of its own would bias
                 # the pool toward failing).
                 stops = early_stop and all(r.client_warnings for r in done)
-                result = await replay_on(
-                    handle,
-                    replay,
-                    schedule,
-                    on_progress=on_replay,
-                    stop_rule=rule if stops else None,
-                )
-                if not stops:
-                    rule(result.outcome.records)  # the same counts, for the record
-                folder = replay.output_dir
-                assert folder is not None
-                save_replay(replay, result, folder / f"replay-{again + 1}" if again else folder)
-                if result.outcome.stopped_by is StopReason.INTERRUPTED:
-                    # Ctrl-C: the point is unfinished; out of points.jsonl, --resume reruns it.
-                    raise KeyboardInterrupt
-                done.append(Replayed(result, rule))
+                schedule = first if again == 0 else reseeded(again)
+                replayed = await _replay_once(handle, replay, config, schedule, again, stops,
+                                              on_replay)  # fmt: skip
+                done.append(replayed)
                 point = point_of(config, budget, role, predicted, done, started)
-                if result.save_error is not None:
+                if replayed.result.save_error is not None:
                     # its results.json did not fit the disk: the point is saved by the caller
                     # (points.jsonl keeps room for it), then the sweep stops
-                    raise NotSaved(point, result.save_error)
+                    raise NotSaved(point, replayed.result.save_error)
                 why = remeasure_reason(point, done[-1], config)
                 if why is None or len(done) >= config.max_replays:
                     return point
@@ -162,6 +142,35 @@ async def verify_budget(
             wall_s=round(time.perf_counter() - started, 3),
             replays=0,
         )
+
+
+async def _replay_once(
+    handle: EngineHandle,
+    replay: ReplayConfig,
+    config: SweepConfig,
+    schedule: Schedule,
+    again: int,
+    stops: bool,
+    on_replay: Callable[..., None] | None,
+) -> Replayed:
+    """One replay of ``schedule`` on the running engine, counted by the early-stop rule (and
+    stopped by it when ``stops``), saved as the budget's results (``replay-K`` for the K-th
+    re-measure). Raises KeyboardInterrupt when Ctrl-C cut it: the point is unfinished, out of
+    points.jsonl, and --resume runs it again."""
+    rule = EarlyStop(
+        schedule, config.run.warmup_requests, config.slo_tbt_s, config.slo_ttft_s, config.quantile
+    )
+    result = await replay_on(
+        handle, replay, schedule, on_progress=on_replay, stop_rule=rule if stops else None
+    )
+    if not stops:
+        rule(result.outcome.records)  # the same counts, for the record
+    folder = replay.output_dir
+    assert folder is not None
+    save_replay(replay, result, folder / f"replay-{again + 1}" if again else folder)
+    if result.outcome.stopped_by is StopReason.INTERRUPTED:
+        raise KeyboardInterrupt
+    return Replayed(result, rule)
 
 
 @contextlib.asynccontextmanager

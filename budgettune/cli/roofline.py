@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
 from budgettune.app.requests import ModelRequest, RooflineRequest
@@ -9,6 +11,9 @@ from budgettune.cli import Command, app
 from budgettune.cli import _model_options as mo
 from budgettune.cli._common import console, print_json
 from budgettune.cli._groups import with_groups
+
+if TYPE_CHECKING:  # imported when the command runs: the CLI starts without it
+    from budgettune.app.roofline import ChunkingTimes
 
 
 @app.command(cls=Command)
@@ -62,28 +67,7 @@ def roofline(
     mode = times.mode
     calibration = f"calibration {found.calibration.name}: {found.calibration.source}"
     if isinstance(times, ChunkingTimes):
-        from rich.table import Table
-
-        table = Table(
-            title=f"Prefilling {prompt} tokens"
-            + (f" beside {decodes} decodes at context {context}" if decodes else "")
-            + f" ({mode}; ridge P* = {times.ridge_tokens:.0f} tokens)"
-        )
-        for column in ("chunk, tokens", "iterations", "per iteration, ms", "total, ms", "overhead"):
-            table.add_column(column, justify="right")
-        for row in times.chunked:
-            steps = [s * 1e3 for s in row.step_s]
-            per = f"{steps[0]:.2f}" if len(steps) == 1 else f"{min(steps):.2f}-{max(steps):.2f}"
-            mark = " [red](below ridge)[/red]" if times.below_ridge(row) else ""
-            table.add_row(
-                f"{row.chunk_tokens}{mark}",
-                str(len(steps)),
-                per,
-                f"{row.total_s * 1e3:.2f}",
-                f"{row.overhead_pct:+.1f}%",
-            )
-        console.print(table)
-        console.print(f"One iteration with the whole prompt: {times.one_shot_s * 1e3:.2f} ms")
+        _print_chunking(times, prompt, decodes, context)
         console.print(calibration, style="dim", highlight=False)
         return
     console.print(
@@ -97,3 +81,30 @@ def roofline(
             f"context {context}: [bold]{times.step_s * 1e3:.2f} ms[/bold] ({mode}, {bound})."
         )
     console.print(calibration, style="dim", highlight=False)
+
+
+def _print_chunking(times: ChunkingTimes, prompt: int | None, decodes: int, context: int) -> None:
+    """The --prompt table: each chunk size's iterations, their times and the overhead against
+    prefilling the prompt in one iteration."""
+    from rich.table import Table
+
+    table = Table(
+        title=f"Prefilling {prompt} tokens"
+        + (f" beside {decodes} decodes at context {context}" if decodes else "")
+        + f" ({times.mode}; ridge P* = {times.ridge_tokens:.0f} tokens)"
+    )
+    for column in ("chunk, tokens", "iterations", "per iteration, ms", "total, ms", "overhead"):
+        table.add_column(column, justify="right")
+    for row in times.chunked:
+        steps = [s * 1e3 for s in row.step_s]
+        per = f"{steps[0]:.2f}" if len(steps) == 1 else f"{min(steps):.2f}-{max(steps):.2f}"
+        mark = " [red](below ridge)[/red]" if times.below_ridge(row) else ""
+        table.add_row(
+            f"{row.chunk_tokens}{mark}",
+            str(len(steps)),
+            per,
+            f"{row.total_s * 1e3:.2f}",
+            f"{row.overhead_pct:+.1f}%",
+        )
+    console.print(table)
+    console.print(f"One iteration with the whole prompt: {times.one_shot_s * 1e3:.2f} ms")

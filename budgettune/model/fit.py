@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -282,6 +282,32 @@ def holdout_mask(work: Work, every: int) -> npt.NDArray[np.bool_]:
     return mask
 
 
+def _chosen_mode(
+    solutions: Mapping[str, _Solution], work: Work, offset_mask: npt.NDArray[np.bool_]
+) -> tuple[str, str, dict[str, float]]:
+    """The overlap variant the fit keeps, why, and each variant's weighted misfit: the one that
+    fits better by more than MODE_MARGIN, else overlapped."""
+    best_mode = min(MODES, key=lambda m: solutions[m].cost)
+    other = "serialized" if best_mode == "overlapped" else "overlapped"
+    cost = {m: float(solutions[m].cost) for m in MODES}
+    median = {
+        m: float(np.median(np.abs(solutions[m].predict(work, offset_mask) / work.time_s - 1.0)))
+        for m in MODES
+    }
+    if cost[other] < (1.0 + MODE_MARGIN) * cost[best_mode] + 1e-6:
+        reason = (
+            f"the two variants fit alike (weighted misfit {cost['overlapped']:.3g} overlapped, "
+            f"{cost['serialized']:.3g} serialized); overlapped kept"
+        )
+        return "overlapped", reason, cost
+    reason = (
+        f"{best_mode} fits better: weighted misfit {cost[best_mode]:.3g} vs "
+        f"{cost[other]:.3g} for {other}, median error {median[best_mode]:.1%} vs "
+        f"{median[other]:.1%}"
+    )
+    return best_mode, reason, cost
+
+
 def fit_step_model(
     probes: Sequence[Probe],
     shape: ShapeConstants,
@@ -317,25 +343,7 @@ def fit_step_model(
     first = solutions[min(MODES, key=lambda m: solutions[m].cost)]
     work = _with_series_noise(work, first, offset_mask)
     solutions = {mode: _solve(work, mode, offset_mask, **flags) for mode in MODES}
-    best_mode = min(MODES, key=lambda m: solutions[m].cost)
-    other = "serialized" if best_mode == "overlapped" else "overlapped"
-    cost = {m: solutions[m].cost for m in MODES}
-    median = {
-        m: float(np.median(np.abs(solutions[m].predict(work, offset_mask) / work.time_s - 1.0)))
-        for m in MODES
-    }
-    if cost[other] < (1.0 + MODE_MARGIN) * cost[best_mode] + 1e-6:
-        mode_reason = (
-            f"the two variants fit alike (weighted misfit {cost['overlapped']:.3g} overlapped, "
-            f"{cost['serialized']:.3g} serialized); overlapped kept"
-        )
-        best_mode = "overlapped"
-    else:
-        mode_reason = (
-            f"{best_mode} fits better: weighted misfit {cost[best_mode]:.3g} vs "
-            f"{cost[other]:.3g} for {other}, median error {median[best_mode]:.1%} vs "
-            f"{median[other]:.1%}"
-        )
+    best_mode, mode_reason, cost = _chosen_mode(solutions, work, offset_mask)
     sol = solutions[best_mode]
     with_seq = _solve(work, best_mode, offset_mask, per_seq=True, **flags)
     per_seq = not cpu_free and with_seq.cost < (1.0 - PER_SEQ_MARGIN) * sol.cost

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from budgettune.core.hardware import GPU, GPU_PRESETS, ModelShape
+from budgettune.core.hardware import GPU, GPU_PRESETS
 from budgettune.model.fit import (
     ShapeConstants,
     model_predict_s,
@@ -27,6 +27,7 @@ from budgettune.model.profile import (
     ModelInfo,
     Probe,
     Profile,
+    RidgeFit,
     StepFit,
 )
 from budgettune.model.ridge import fit_ridge
@@ -50,15 +51,38 @@ def prefill_knee_tokens(model: StepModel) -> float:
     return (-two_n + math.sqrt(two_n * two_n + 2.0 * a * target)) / a
 
 
+def _exact_ridge(
+    probes: tuple[Probe, ...], constants: ShapeConstants, model: StepModel
+) -> RidgeFit:
+    """The two-segment fit of the model's own output gives the linear-fit fields; the knee is
+    then set to its exact value, with no interval: nothing was sampled."""
+    ridge = fit_ridge(
+        probes, attention_ratio=constants.attention_ratio, rng=np.random.default_rng(0), bootstrap=0
+    )
+    knee = prefill_knee_tokens(model)
+    inside = ridge.tokens_min <= knee <= ridge.tokens_max
+    return dataclasses.replace(
+        ridge,
+        knee_found=inside,
+        knee_tokens=knee if inside else None,
+        ci_low_tokens=None,
+        ci_high_tokens=None,
+        bootstrap_samples=0,
+        reason=(
+            f"model output: compute equals the weight read at {knee:.0f} tokens "
+            f"(F/B from presets), not measured"
+            if inside
+            else f"model output: the knee ({knee:.0f} tokens) lies outside {ridge.tokens_min}.."
+            f"{ridge.tokens_max}"
+        ),
+    )
+
+
 def analytic_profile(
     *,
-    source: str,
-    shape: ModelShape,
+    model_info: ModelInfo,
     gpu: GPU,
     model: StepModel,
-    dtype: str,
-    bytes_per_weight: float,
-    kv_bytes_per_element: float,
     tensor_parallel: int,
     plan: ProfilePlan,
     created_utc: str,
@@ -85,28 +109,7 @@ def analytic_profile(
         for spec in plan.probes
     )
     constants = ShapeConstants.of(model)
-    # The two-segment fit of model output gives the linear-fit fields; the knee is then set to
-    # its exact value, with no interval: nothing was sampled.
-    ridge = fit_ridge(
-        probes, attention_ratio=constants.attention_ratio, rng=np.random.default_rng(0), bootstrap=0
-    )
-    knee = prefill_knee_tokens(model)
-    inside = ridge.tokens_min <= knee <= ridge.tokens_max
-    ridge = dataclasses.replace(
-        ridge,
-        knee_found=inside,
-        knee_tokens=knee if inside else None,
-        ci_low_tokens=None,
-        ci_high_tokens=None,
-        bootstrap_samples=0,
-        reason=(
-            f"model output: compute equals the weight read at {knee:.0f} tokens "
-            f"(F/B from presets), not measured"
-            if inside
-            else f"model output: the knee ({knee:.0f} tokens) lies outside {ridge.tokens_min}.."
-            f"{ridge.tokens_max}"
-        ),
-    )
+    ridge = _exact_ridge(probes, constants, model)
     work = probe_work(probes, constants)
     predicted = model_predict_s(work, model)
     step = StepFit(
@@ -137,7 +140,7 @@ def analytic_profile(
             preset=gpu.name if gpu.name in GPU_PRESETS else None,
         ),
         engine=EngineInfo("analytic", None, dict(settings)),
-        model=ModelInfo(source, shape, dtype, bytes_per_weight, kv_bytes_per_element),
+        model=model_info,
         probes=probes,
         ridge=ridge,
         step=step,

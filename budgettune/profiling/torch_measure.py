@@ -148,6 +148,19 @@ def _varlen_attention(
     return attn.transpose(1, 2).contiguous(), None
 
 
+def _transformers_config(transformers: Any, source: str, shape: ModelShape) -> tuple[str, Any]:
+    """The model's type and its transformers config (random weights are built from it), from
+    its config.json; SpecError naming the model when transformers cannot build it."""
+    config_dict = model_config(source, shape)
+    model_type = config_dict.pop("model_type")
+    for key in ("architectures", "torch_dtype", "dtype"):
+        config_dict.pop(key, None)
+    try:
+        return model_type, transformers.AutoConfig.for_model(model_type, **config_dict)
+    except (ValueError, TypeError) as exc:
+        raise SpecError(f"transformers cannot build this config: {exc}", field="model") from None
+
+
 class TorchTimer:
     """Times iterations of the model on this machine (an :class:`IterationTimer`).
 
@@ -178,18 +191,8 @@ class TorchTimer:
                 hint="leave the GPU at auto for a CPU profile, or run on device cuda",
             )
         self.dtype = resolve_dtype(dtype, self.device)
-        config_dict = model_config(source, shape)
         transformers.AttentionInterface.register(ATTENTION_NAME, _varlen_attention)
-        model_type = config_dict.pop("model_type")
-        config_dict.pop("architectures", None)
-        config_dict.pop("torch_dtype", None)
-        config_dict.pop("dtype", None)
-        try:
-            config = transformers.AutoConfig.for_model(model_type, **config_dict)
-        except (ValueError, TypeError) as exc:
-            raise SpecError(
-                f"transformers cannot build this config: {exc}", field="model"
-            ) from None
+        model_type, config = _transformers_config(transformers, source, shape)
         self.vocab = int(config.vocab_size)
         self.max_positions = int(getattr(config, "max_position_embeddings", 0) or 0)
         torch.manual_seed(seed)

@@ -436,6 +436,76 @@ def _text(value: object) -> str:
     return str(value)
 
 
+def _replay_facts(
+    results: Results, engine: Mapping[str, Any], model: object, first: BudgetPoint
+) -> list[tuple[str, str]]:
+    """The facts a replay's verdict lists, from its first point's record and self-check: the
+    engine, model and budget, the load asked and achieved, the send lag, the requests, the
+    prompts' form and the server's own /metrics (the SLOs are added by the caller)."""
+    raw0 = results.points[0]
+    rate = as_number(_first(raw0, "rate", "rate_per_s")) or as_number(
+        _first(results.config, "rate", "rate_per_s")
+    )
+    selfcheck0 = as_mapping(raw0.get("selfcheck"))
+    facts: list[tuple[str, str]] = [("engine", _text(engine.get("name", "unknown")))]
+    if model:
+        facts.append(("model", _text(model)))
+    facts.append(("budget", first.label))
+    if rate is not None:
+        facts.append(("target load", f"{rate:g} requests/s"))
+    achieved = as_number(selfcheck0.get("achieved_rate_per_s"))
+    if achieved is not None:
+        facts.append(("achieved load", f"{achieved:.3g} requests/s"))
+    lag = as_mapping(selfcheck0.get("send_lag_ms"))
+    if lag:
+        facts.append(
+            (
+                "send lag (load generator)",
+                f"p50 {lag.get('p50')} ms, p99 {lag.get('p99')} ms, max {lag.get('max')} ms",
+            )
+        )
+    facts.append(("requests", f"{first.completed} completed, {first.failed} failed"))
+    prompts = prompts_fact(selfcheck0.get("prompt_form"), selfcheck0.get("prompt_tokens"))
+    if prompts is not None:
+        facts.append(prompts)
+    server = as_mapping(selfcheck0.get("server"))
+    itl, ttft_server = as_mapping(server.get("itl")), as_mapping(server.get("ttft"))
+    if itl.get("p99_ms") is not None or ttft_server.get("p99_ms") is not None:
+        facts.append(
+            (
+                "server's own /metrics (bucket estimates)",
+                f"ITL p99 {itl.get('p99_ms', '-')} ms, "
+                f"TTFT p99 {ttft_server.get('p99_ms', '-')} ms",
+            )
+        )
+    return facts
+
+
+def _merged_chunks_note(selfcheck: Mapping[str, Any]) -> list[str]:
+    """The page's note on stream chunks that carried several tokens, when the self-check warned
+    of them (none otherwise)."""
+    if not selfcheck.get("merged_chunks_warning"):
+        return []
+    return [
+        f"{selfcheck.get('merged_chunks')} stream chunks carried several tokens "
+        f"({100 * float(selfcheck.get('merged_chunk_share') or 0):.1f}%); their gaps were "
+        f"handled as '{selfcheck.get('merged_chunks_mode')}'."
+    ]
+
+
+def _replay_files(
+    engine: Mapping[str, Any], results_file: Path | None, report_dir: Path | None
+) -> list[tuple[str, str]]:
+    """The raw files a replay's page links to, relative to the page: results.json, the log."""
+    files: list[tuple[str, str]] = []
+    if results_file is not None:
+        files.append(("results (raw per-request records)", relative_path(results_file, report_dir)))
+    log = _first(engine, "log_path", "log")
+    if log:
+        files.append(("engine log", relative_path(str(log), report_dir)))
+    return files
+
+
 def results_input(
     results: Results,
     *,
@@ -471,13 +541,7 @@ def results_input(
             else (raw if "tbt_ms" in raw else None)
         )
         points.append(measured_point(measured, budget_tokens=budget, summary=summary, slo=slo))
-        selfcheck = as_mapping(raw.get("selfcheck"))
-        if selfcheck.get("merged_chunks_warning"):
-            notes.append(
-                f"{selfcheck.get('merged_chunks')} stream chunks carried several tokens "
-                f"({100 * float(selfcheck.get('merged_chunk_share') or 0):.1f}%); their gaps were "
-                f"handled as '{selfcheck.get('merged_chunks_mode')}'."
-            )
+        notes += _merged_chunks_note(as_mapping(raw.get("selfcheck")))
         if index == 0 and everything:
             workload = workload_from_records(everything)
             timeline = timeline_from_records(
@@ -490,43 +554,8 @@ def results_input(
         slo_ttft_ms=slo.ttft_ms,
         percentile=slo.percentile,
     )
-    raw0 = results.points[0]
-    rate = as_number(_first(raw0, "rate", "rate_per_s")) or as_number(
-        _first(results.config, "rate", "rate_per_s")
-    )
-    selfcheck0 = as_mapping(raw0.get("selfcheck"))
-    facts: list[tuple[str, str]] = [("engine", _text(engine.get("name", "unknown")))]
     model = _first(results.config, "model") or engine.get("model")
-    if model:
-        facts.append(("model", _text(model)))
-    facts.append(("budget", first.label))
-    if rate is not None:
-        facts.append(("target load", f"{rate:g} requests/s"))
-    achieved = as_number(selfcheck0.get("achieved_rate_per_s"))
-    if achieved is not None:
-        facts.append(("achieved load", f"{achieved:.3g} requests/s"))
-    lag = as_mapping(selfcheck0.get("send_lag_ms"))
-    if lag:
-        facts.append(
-            (
-                "send lag (load generator)",
-                f"p50 {lag.get('p50')} ms, p99 {lag.get('p99')} ms, max {lag.get('max')} ms",
-            )
-        )
-    facts.append(("requests", f"{first.completed} completed, {first.failed} failed"))
-    prompts = prompts_fact(selfcheck0.get("prompt_form"), selfcheck0.get("prompt_tokens"))
-    if prompts is not None:
-        facts.append(prompts)
-    server = as_mapping(selfcheck0.get("server"))
-    itl, ttft_server = as_mapping(server.get("itl")), as_mapping(server.get("ttft"))
-    if itl.get("p99_ms") is not None or ttft_server.get("p99_ms") is not None:
-        facts.append(
-            (
-                "server's own /metrics (bucket estimates)",
-                f"ITL p99 {itl.get('p99_ms', '-')} ms, "
-                f"TTFT p99 {ttft_server.get('p99_ms', '-')} ms",
-            )
-        )
+    facts = _replay_facts(results, engine, model, first)
     facts += list(_slo_facts(slo))
     tbt99 = None if first.measured_tbt is None else first.measured_tbt.at(slo.percentile)
     ttft99 = None if first.measured_ttft is None else first.measured_ttft.at(slo.percentile)
@@ -541,12 +570,7 @@ def results_input(
         facts=tuple(facts),
         ok=first.passed,
     )
-    files: list[tuple[str, str]] = []
-    if results_file is not None:
-        files.append(("results (raw per-request records)", relative_path(results_file, report_dir)))
-    log = _first(engine, "log_path", "log")
-    if log:
-        files.append(("engine log", relative_path(str(log), report_dir)))
+    files = _replay_files(engine, results_file, report_dir)
     return ReportInput(
         title=f"budgettune {results.kind}: {_text(model or engine.get('name', ''))}".rstrip(": "),
         kind=results.kind,
