@@ -32,9 +32,9 @@ from budgettune.loadgen.client import (
     request_body,
     stream_completion,
 )
-from budgettune.loadgen.machine_speed import reference_ms
+from budgettune.loadgen.machine_speed import settled_reference_ms
 from budgettune.loadgen.selfcheck import LagStats, SelfCheck
-from budgettune.loadgen.server_metrics import ServerSnapshot, scrape
+from budgettune.loadgen.server_metrics import ServerSnapshot, scrape, wait_until_idle
 from budgettune.loadgen.stop import Stop, StopReason
 from budgettune.loadgen.text_prompts import text_prompts
 from budgettune.loadgen.transport import SEND_AT, SendTime, async_client
@@ -55,6 +55,7 @@ PREFIX_SEED_SALT = 1_000_003
 # just as the server closes it fails the request ("Server disconnected without sending a
 # response"), seen in the real-vLLM tests with requests 3 s apart.
 KEEPALIVE_EXPIRY_S = 2.0
+IDLE_WAIT_S = 30.0  # after an early stop: how long the engine may take to drop what was cancelled
 
 UNAUTHORIZED = 401
 IntArray = npt.NDArray[np.int64]
@@ -456,7 +457,7 @@ async def run_schedule(
             if options.scrape_metrics
             else None
         )
-        ref_before_ms = reference_ms()  # nothing sent yet: the engine is idle too
+        ref_before_ms = settled_reference_ms()  # nothing sent yet: the engine is idle too
         start_ns = time.monotonic_ns() + int(START_LEAD_S * 1e9)
         start_s = start_ns / 1e9
         last_done_s = start_s
@@ -590,9 +591,12 @@ async def run_schedule(
             )
         cpu_s, wall_s = time.process_time() - cpu_started_s, time.monotonic() - start_s
         after = None
+        if stop is not None and not interrupted and options.scrape_metrics:
+            # Cancelled requests may still be executing: the readings below wait for them.
+            await wait_until_idle(client, target.base_url, target.metrics_path, IDLE_WAIT_S)
         if options.scrape_metrics and not interrupted:
             after = await scrape(client, target.base_url, target.metrics_path)
-        ref_after_ms = None if interrupted else reference_ms()
+        ref_after_ms = None if interrupted else settled_reference_ms(ref_before_ms)
     records = [finished[i] for i in sorted(finished)]
     return RunOutcome(
         records=records,

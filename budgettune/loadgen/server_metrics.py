@@ -10,6 +10,7 @@ buckets) is preferred.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -167,6 +168,35 @@ async def scrape(
         return parse_prometheus(response.text)
     except ValueError:
         return None
+
+
+# The engines' gauge of requests being executed (vLLM and the built-in engine, SGLang).
+RUNNING_GAUGES = ("vllm:num_requests_running", "sglang:num_running_reqs")
+IDLE_POLL_S = 0.2
+
+
+async def wait_until_idle(
+    client: httpx.AsyncClient, base_url: str, path: str, limit_s: float
+) -> float:
+    """Poll the engine's running-requests gauge until it reads 0, for at most ``limit_s``;
+    the seconds waited. Returns at once when the engine exposes no such gauge.
+
+    Why: a replay stopped early cancels its requests while the engine may still be executing
+    them, and on this project's 2-core machine a busy engine slows the other core's work by
+    x1.4-1.6 (every early-stopped replay of a vLLM CPU sweep read the machine that much slower
+    after the run than before, 2026-12-06; no complete replay did): the machine-speed reading
+    after the run must wait for the engine to be idle, as before it."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    while loop.time() - started < limit_s:
+        snapshot = await scrape(client, base_url, path)
+        running = [
+            snapshot.counters[g] for g in RUNNING_GAUGES if snapshot and g in snapshot.counters
+        ]
+        if not running or max(running) <= 0:
+            break
+        await asyncio.sleep(IDLE_POLL_S)
+    return loop.time() - started
 
 
 @dataclass(slots=True, frozen=True)

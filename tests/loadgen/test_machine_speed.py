@@ -47,3 +47,34 @@ def test_without_both_readings_nothing_is_judged() -> None:
 def test_the_reading_is_a_positive_time() -> None:
     first, second = reference_ms(), reference_ms()
     assert first > 0 and second > 0
+
+
+def _readings(monkeypatch: pytest.MonkeyPatch, values: list[float]) -> list[float]:
+    """reference_ms gives ``values`` in turn; the pauses between readings take no time."""
+    from budgettune.loadgen import machine_speed
+
+    queue = list(values)
+    monkeypatch.setattr(machine_speed, "reference_ms", lambda: queue.pop(0))
+    monkeypatch.setattr(machine_speed.time, "sleep", lambda seconds: None)
+    return queue
+
+
+def test_a_short_slow_stretch_is_read_past_and_a_lasting_one_is_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from budgettune.loadgen.machine_speed import settled_reference_ms
+
+    # After the run: one slow reading, then the machine's own speed again.
+    left = _readings(monkeypatch, [13.9, 8.6, 99.0])
+    assert settled_reference_ms(8.5) == 8.6 and left == [99.0]
+    # A speed that lasts through every reading is the machine's: it stays a change.
+    left = _readings(monkeypatch, [13.9, 14.1, 13.8, 99.0])
+    assert settled_reference_ms(8.5) == 13.8 and left == [99.0]
+    change = speed_change(8.5, 13.8)
+    assert change is not None and change > SPEED_CHANGE_RATIO
+    # A reading that agrees is taken once.
+    left = _readings(monkeypatch, [8.9, 99.0])
+    assert settled_reference_ms(8.5) == 8.9 and left == [99.0]
+    # Before the run, with nothing to compare: the faster of two.
+    left = _readings(monkeypatch, [12.7, 8.4, 99.0])
+    assert settled_reference_ms() == 8.4 and left == [99.0]

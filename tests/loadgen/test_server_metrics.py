@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import httpx
 import pytest
 
 from budgettune.loadgen.server_metrics import parse_prometheus, sample_labels, server_side
@@ -180,3 +181,32 @@ sglang:time_to_first_token_seconds_sum{model_name="qwen/qwen2.5-0.5b-instruct",e
     out = server_side(None, parse_prometheus(text))
     assert out.ttft is not None and out.ttft.count == 41 and out.ttft.mean_ms == pytest.approx(50)
     assert out.counters == {"prompt_tokens_total": 4100.0}
+
+
+def test_the_wait_for_an_idle_engine_reads_its_running_gauge_until_zero() -> None:
+    """After an early stop the machine-speed reading waits for the engine to finish what was
+    cancelled: its running-requests gauge is polled until 0. An engine without the gauge is
+    asked once; one that stays busy is given up on at the limit."""
+    import asyncio
+
+    from budgettune.loadgen.server_metrics import wait_until_idle
+
+    async def waited(values: list[str], limit_s: float = 30.0) -> tuple[float, int]:
+        asked = 0
+
+        def answer(request: httpx.Request) -> httpx.Response:
+            nonlocal asked
+            asked += 1
+            return httpx.Response(200, text=values[min(asked, len(values)) - 1])
+
+        async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+            seconds = await wait_until_idle(client, "http://engine", "/metrics", limit_s)
+        return seconds, asked
+
+    gauge = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running {}\n"
+    assert asyncio.run(waited([gauge.format(3), gauge.format(1), gauge.format(0)]))[1] == 3
+    sglang = "# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs {}\n"
+    assert asyncio.run(waited([sglang.format(2), sglang.format(0)]))[1] == 2
+    assert asyncio.run(waited(["# TYPE other gauge\nother 7\n"]))[1] == 1  # no gauge
+    seconds, asked = asyncio.run(waited([gauge.format(5)], limit_s=0.5))
+    assert seconds >= 0.5 and asked >= 2  # busy throughout: polled, then given up at the limit
