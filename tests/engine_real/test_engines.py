@@ -34,7 +34,7 @@ from budgettune.engines.served import (
 )
 from budgettune.engines.sglang import SglangEngine, sglang_command
 from budgettune.engines.vllm import VllmEngine, check_installed, vllm_command
-from budgettune.loadgen.runner import RunOptions, Target, run_schedule
+from budgettune.loadgen.runner import RunOptions, RunProgress, Target, run_schedule
 from budgettune.trace.schedule import Schedule
 
 # ---------------------------------------------------------------- command building
@@ -384,14 +384,27 @@ def test_standin_killed_mid_replay_is_reported_crashed(tmp_path: Path) -> None:
     schedule = Schedule(np.array([0.0, 0.01]), np.array([8, 8]), np.array([3000, 3000]))
     config = ReplayConfig(engine="sglang", spec=spec, run=RunOptions(), traffic="kill test")
 
-    def kill_soon(handle: EngineHandle) -> None:
-        assert handle.pid is not None
-        asyncio.get_running_loop().call_later(0.5, os.kill, handle.pid, signal.SIGKILL)
+    pids: list[int] = []
 
-    result = asyncio.run(run_replay(config, schedule, on_ready=kill_soon))
+    def ready(handle: EngineHandle) -> None:
+        assert handle.pid is not None
+        pids.append(handle.pid)
+
+    def kill_once_both_stream(tick: RunProgress) -> None:
+        # Half a second after both requests went out (not after the engine was ready: the
+        # load generator reads the machine's speed before its first send), while 3000-token
+        # streams are mid-way.
+        if tick.sent == 2 and len(pids) == 1:
+            asyncio.get_running_loop().call_later(0.5, os.kill, pids.pop(), signal.SIGKILL)
+
+    result = asyncio.run(
+        run_replay(config, schedule, on_ready=ready, on_progress=kill_once_both_stream)
+    )
     assert result.engine_crashed == "engine exited with status -9 during the replay"
     assert result.summary.failed == 2 and not result.complete
-    assert all("stream cut" in (live.record.error or "") for live in result.outcome.records)
+    assert all("stream cut" in (live.record.error or "") for live in result.outcome.records), [
+        live.record.error for live in result.outcome.records
+    ]
     assert pids_marked(str(tmp_path)) == []
 
 
