@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -449,11 +449,17 @@ def build_timer(
     return _engine_timer(config, shape, on_start)
 
 
+def probes_model_len(max_tokens: int, contexts: Sequence[int]) -> int:
+    """The context length a profile's engine needs: its longest prompt or decode context, and
+    room for the decoders' outputs beyond it."""
+    return max(max_tokens, *contexts) + LAUNCH_HEADROOM_TOKENS
+
+
 def engine_launch_spec(config: ProfileConfig, shape: ModelShape) -> LaunchSpec:
     """One engine for the whole profile: a budget that holds the largest probe in one iteration
     (prompt plus decodes), room for every probe's sequences, prefix caching off."""
     limit = shape.max_position_embeddings
-    longest = max(config.max_tokens, *config.contexts) + LAUNCH_HEADROOM_TOKENS
+    longest = probes_model_len(config.max_tokens, config.contexts)
     sim = config.engine == "sim"
     extra = list(config.engine_args)
     if sim:

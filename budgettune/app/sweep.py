@@ -144,7 +144,7 @@ def profile_config(
     max_batch = min(PROFILE_MAX_BATCH, max_num_seqs)
     log_path = run_dir / "engine-profile.log"
     if engine_spec is not None and engine_spec.budget_tokens is not None:
-        max_batch = min(PROFILE_MAX_BATCH, max_num_seqs - 1)
+        max_batch = held_profile_batch(max_num_seqs)
         max_tokens = min(max_tokens, engine_spec.budget_tokens - max_batch)
         log_path = engine_spec.log_path or log_path
     config = ProfileConfig(
@@ -168,6 +168,12 @@ def profile_config(
     )
     validate_profile(config)
     return config
+
+
+def held_profile_batch(max_num_seqs: int) -> int:
+    """The decode batch a profile probes on an engine the sweep measures, which runs at most
+    ``max_num_seqs`` sequences: one is left for the prompt injected beside the decoders."""
+    return min(PROFILE_MAX_BATCH, max_num_seqs - 1)
 
 
 def saved_profile(run_dir: Path) -> Profile | None:

@@ -21,11 +21,10 @@ from typing import TYPE_CHECKING, Any
 from budgettune.app.baseline import Baseline
 from budgettune.app.client import ClientSettings, client_settings, without_key
 from budgettune.app.launch import budget_spec, external_budget, launch_spec, resolve_engine
-from budgettune.app.profile import LAUNCH_HEADROOM_TOKENS
+from budgettune.app.profile import probes_model_len
 from budgettune.app.requests import (
     DEFAULT_GPU,
     DEFAULT_MODEL,
-    PROFILE_MAX_BATCH,
     SWEEP_RATE_PER_S,
     SWEEP_REQUESTS,
     ModelRequest,
@@ -36,6 +35,7 @@ from budgettune.app.slots import GPU_ENGINES, Slot, SlotPlan, parse_gpus, plan_s
 from budgettune.app.sweep import (
     PROFILE_FILE,
     PROFILE_MIN_TOKENS,
+    held_profile_batch,
     open_run,
     profile_config,
     saved_profile,
@@ -356,9 +356,9 @@ def _profiled_engine(
     if budgets.candidates and reference < max(budgets.candidates):
         return None
     seqs = budgets.engine_seqs or ENGINE_SIZED_SEQS
-    if seqs < 2 or reference - min(PROFILE_MAX_BATCH, seqs - 1) < PROFILE_MIN_TOKENS:
+    if seqs < 2 or reference - held_profile_batch(seqs) < PROFILE_MIN_TOKENS:
         return None  # the profile's own decode batch and prompt: the batch leaves one sequence
-    longest = max(reference, *DEFAULT_CONTEXTS) + LAUNCH_HEADROOM_TOKENS
+    longest = probes_model_len(reference, DEFAULT_CONTEXTS)
     if spec.max_model_len is not None and spec.max_model_len < longest:
         return None
     return budget_spec(spec, reference, run_dir)

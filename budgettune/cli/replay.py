@@ -215,9 +215,6 @@ def _lag_cell(value_ms: float | None) -> str:
     return f"{value_ms:.2f} ms"
 
 
-_PROMPT_FORMS = {"text": "text, tokenized by the server", "ids": "token ids"}
-
-
 def _print_summary(result: ReplayResult, traffic: str) -> None:
     from rich import box
     from rich.table import Table
@@ -263,13 +260,10 @@ def _print_summary(result: ReplayResult, traffic: str) -> None:
         f"({check.merged_chunks_mode})",
         highlight=False,
     )
-    counted = (
-        f", {check.prompt_tokens_checked - check.prompt_tokens_off} of "
-        f"{check.prompt_tokens_checked} as long as scheduled by the server's count"
-        if check.prompt_tokens_checked
-        else ""
-    )
-    console.print(f"prompts: {_PROMPT_FORMS[check.prompt_form]}{counted}", highlight=False)
+    from budgettune.loadgen.selfcheck import prompts_text  # loaded by the replay already
+
+    prompts = prompts_text(check.prompt_form, check.prompt_tokens_checked, check.prompt_tokens_off)
+    console.print(f"prompts: {prompts}", highlight=False)
     server = result.server
     if server.ttft is not None or server.itl is not None:
         parts = []

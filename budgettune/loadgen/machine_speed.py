@@ -43,14 +43,15 @@ def settled_reference_ms(against_ms: float | None = None) -> float:
     reading), or, with nothing to compare, read twice: a short slow stretch of the machine is
     not taken for a change of speed. Blocks for the pauses: call it with nothing in flight."""
     reading = reference_ms()
+    if against_ms is None:
+        time.sleep(READING_PAUSE_S)
+        return min(reading, reference_ms())
     for _ in range(READINGS - 1):
         change = speed_change(against_ms, reading)
-        if against_ms is not None and change is not None and change <= SPEED_CHANGE_RATIO:
+        if change is not None and change <= SPEED_CHANGE_RATIO:
             break
         time.sleep(READING_PAUSE_S)
         reading = min(reading, reference_ms())
-        if against_ms is None:
-            break
     return reading
 
 

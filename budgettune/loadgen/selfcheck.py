@@ -15,6 +15,22 @@ RATE_TOLERANCE = 0.02  # achieved open-loop send rate off the schedule's by more
 CPU_SATURATED_SHARE = 0.9  # the client's process busy this share of the run's wall time
 
 
+PROMPT_FORM_WORDS = {
+    "text": "text, tokenized by the server",
+    "ids": "token ids (no tokenizer work)",
+}
+
+
+def prompts_text(form: str, checked: int, off: int) -> str:
+    """What the prompts were sent as, in words, and, where the server reported its count for
+    ``checked`` requests, how many of them it found as long as scheduled (``off`` were not): the
+    replay's summary line and the report's fact."""
+    line = PROMPT_FORM_WORDS.get(form, form)
+    if checked:
+        line += f", {checked - off} of {checked} as long as scheduled by the server's count"
+    return line
+
+
 def prompt_length_sentence(off: object, checked: object, form: str) -> str:
     """The warning for ``off`` of ``checked`` requests whose server counted another prompt
     length than scheduled (a replay's, or a sweep point's saved self-check)."""

@@ -25,6 +25,7 @@ from budgettune.core.errors import UserError
 from budgettune.core.records import RequestRecord
 from budgettune.core.slo import SLO
 from budgettune.core.units import format_ms_3sig
+from budgettune.loadgen.selfcheck import PROMPT_FORM_WORDS, prompts_text
 from budgettune.report.inputs import (
     BudgetPoint,
     Check,
@@ -231,15 +232,13 @@ def prompts_fact(form: object, counted: object = None) -> tuple[str, str] | None
     """The report's line on what the prompts were sent as (``text`` or ``ids``, as results
     record it) and, where the server reported its count, how many it found as long as
     scheduled. None for results that do not say (written before prompts could be text)."""
-    words = {"text": "text, tokenized by the server", "ids": "token ids (no tokenizer work)"}
-    if form not in words:
+    if form not in PROMPT_FORM_WORDS:
         return None
-    line = words[str(form)]
     count = as_mapping(counted)
     checked, off = as_number(count.get("checked")), as_number(count.get("off"))
-    if checked and off is not None:
-        line += f"; {checked - off:g} of {checked:g} as long as scheduled by the server's count"
-    return ("prompts", line)
+    if not checked or off is None:
+        checked = off = 0
+    return ("prompts", prompts_text(str(form), int(checked), int(off)))
 
 
 def _slo_facts(slo: Slo) -> tuple[tuple[str, str], ...]:
