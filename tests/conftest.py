@@ -10,6 +10,7 @@ import signal
 import sys
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,24 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # 1,100 consecutive rows of the Azure LLM inference trace 2023 (conversation), CC-BY 4.0:
 # what they are, and the attribution, in tests/data/README.md.
 AZURE_SLICE = REPO_ROOT / "tests" / "data" / "azure-llm-2023-conv-slice.csv"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def wide_console() -> Iterator[None]:
+    """budgettune prints through rich, which wraps at 80 columns when its output is not a
+    terminal and folds a word longer than a line. Under an xdist worker a test folder's path
+    (/tmp/pytest-of-USER/pytest-N/popen-gwN/<up to 30 characters>/run/profile.json) passes 80,
+    so a test looking for that path in a command's output passed on one machine and failed on
+    CI's. A wide console, for every command the tests run, prints each path whole; a test about
+    wrapping sets COLUMNS itself. (Session-wide but not module-wide: pytest's own summary keeps
+    the terminal's width.)"""
+    before = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "400"
+    yield
+    if before is None:
+        del os.environ["COLUMNS"]
+    else:
+        os.environ["COLUMNS"] = before
 
 
 @pytest.fixture(scope="session")
