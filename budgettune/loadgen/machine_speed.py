@@ -17,12 +17,16 @@ REFERENCE_UNITS = 5  # the fastest of this many is the reading (other work only 
 # states seen differ by x1.6-1.9; readings of an unchanged machine differed by at most x1.09
 # (41 readings on each core, idle, 2026-12-02).
 SPEED_CHANGE_RATIO = 1.3
-# A reading in a short slow stretch is not the machine's speed: idle, 6 of 114 readings (each the
-# fastest of 5 units, 30 ms apart) came out x1.3-1.75 above the rest, one at a time, while the
-# changes this check is for last minutes (2026-12-06). Such a stretch is read past by reading
-# again READING_PAUSE_S later, up to READINGS times in all, the fastest kept.
+# A core coming out of idle runs slow for a while: on this 2-core machine, after 2 s idle the
+# unit took ~14 ms where it takes ~7.9 ms busy, for up to 0.5-1 s of work, at random (idle 6 of
+# 114 readings, each the fastest of 5 units 30 ms apart, came out x1.3-1.75 above the rest, one
+# at a time, while the changes this check is for last minutes). A reading after an idle wait
+# (the engine starting, the last response's drain) then looked like a change of speed: 5 of 24
+# mock replays (idle, read, work, wait, read) were flagged with pauses between readings, 0 of 24
+# with the same time spent working (2026-12-07). So a reading is taken again after
+# WARM_UP_S of the same work, up to READINGS times in all, the fastest kept.
 READINGS = 3
-READING_PAUSE_S = 0.3
+WARM_UP_S = 0.3
 
 
 def reference_ms() -> float:
@@ -37,20 +41,30 @@ def reference_ms() -> float:
     return round(fastest_s * 1e3, 3)
 
 
+def warm_up(seconds: float = WARM_UP_S) -> None:
+    """Run the fixed unit's loop for ``seconds``: a core that was idle reaches its working
+    speed (see WARM_UP_S)."""
+    deadline = time.perf_counter() + seconds
+    total = 0
+    while time.perf_counter() < deadline:
+        for i in range(1000):
+            total += i * i
+
+
 def settled_reference_ms(against_ms: float | None = None) -> float:
-    """:func:`reference_ms`, read again after a pause (READINGS in all at most, the fastest
-    kept) while it is further than SPEED_CHANGE_RATIO from ``against_ms`` (the run's other
-    reading), or, with nothing to compare, read twice: a short slow stretch of the machine is
-    not taken for a change of speed. Blocks for the pauses: call it with nothing in flight."""
+    """:func:`reference_ms`, read again after :func:`warm_up` (READINGS in all at most, the
+    fastest kept) while it is further than SPEED_CHANGE_RATIO from ``against_ms`` (the run's
+    other reading), or, with nothing to compare, read twice: a core slow from idling is not
+    taken for a change of speed. Blocks for the warm-ups: call it with nothing in flight."""
     reading = reference_ms()
     if against_ms is None:
-        time.sleep(READING_PAUSE_S)
+        warm_up()
         return min(reading, reference_ms())
     for _ in range(READINGS - 1):
         change = speed_change(against_ms, reading)
         if change is not None and change <= SPEED_CHANGE_RATIO:
             break
-        time.sleep(READING_PAUSE_S)
+        warm_up()
         reading = min(reading, reference_ms())
     return reading
 

@@ -4,6 +4,7 @@ not, and a run without both readings is not judged."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import pytest
@@ -49,13 +50,24 @@ def test_the_reading_is_a_positive_time() -> None:
     assert first > 0 and second > 0
 
 
+def test_a_warm_up_works_for_its_whole_time() -> None:
+    from budgettune.loadgen.machine_speed import warm_up
+
+    # It loops until its deadline (so it lasts at least its time), and it is work on this core,
+    # not a sleep: a sleep would leave this process's CPU time where it was.
+    wall_started, cpu_started = time.perf_counter(), time.process_time()
+    warm_up(0.05)
+    assert time.perf_counter() - wall_started >= 0.05
+    assert time.process_time() > cpu_started
+
+
 def _readings(monkeypatch: pytest.MonkeyPatch, values: list[float]) -> list[float]:
-    """reference_ms gives ``values`` in turn; the pauses between readings take no time."""
+    """reference_ms gives ``values`` in turn; the warm-ups between readings take no time."""
     from budgettune.loadgen import machine_speed
 
     queue = list(values)
     monkeypatch.setattr(machine_speed, "reference_ms", lambda: queue.pop(0))
-    monkeypatch.setattr(machine_speed.time, "sleep", lambda seconds: None)
+    monkeypatch.setattr(machine_speed, "warm_up", lambda seconds=0.0: None)
     return queue
 
 
