@@ -7,9 +7,11 @@
 #                 ones: the engine tier), each test once: the README's test command, and CI's.
 #   PYTEST_ARGS   passed to every pytest run (paths, -k, -x, ...).
 #   $BUDGETTUNE_TEST_WORKERS  pytest-xdist workers for the tests that run side by side (default 2).
-# Tests marked `timing` read the wall clock against the embedded engine or a socket, and the real
-# engines' tests pin vLLM or SGLang to core 0 and the client to core 1: they run on their own
-# after the others, never beside another worker.
+# Tests marked `timing` read the wall clock against the embedded engine or a socket: in the fast
+# tier they run on their own after the others. In the engine tier they run beside one other
+# worker (their verdicts keep 10+ ms of margin, and both sides were seen to hold so: 55 of 55
+# tests, two workers, 2026-12-07). The real engines' tests pin vLLM or SGLang to core 0 and the
+# client to core 1, and the `alone` tests start engines on both cores: those run on their own.
 # .venv is made first when it is missing (scripts/setup-dev.sh --main-only).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -46,10 +48,10 @@ stage "fast tier, $workers workers" -m "($FAST_TIER) and not timing" \
 stage "fast tier, timing tests alone" -m "($FAST_TIER) and timing" -p no:xdist "$@"
 echo "== test-fast.sh: the fast tier passed in $(( $(date +%s) - start_s )) s"
 if [[ $run_all -eq 1 ]]; then
-    ALONE="vllm or sglang or timing"
+    ALONE="vllm or sglang or alone"
     stage "engine tier, $workers workers" -m "not ($FAST_TIER) and not ($ALONE)" \
         -n "$workers" --dist loadgroup "$@"
-    stage "engine tier, real engines and timing tests alone" -m "not ($FAST_TIER) and ($ALONE)" \
-        -p no:xdist "$@"
+    stage "engine tier, real engines and tests using both cores, alone" \
+        -m "not ($FAST_TIER) and ($ALONE)" -p no:xdist "$@"
 fi
 echo "== test-fast.sh took $(( $(date +%s) - start_s )) s"

@@ -107,6 +107,7 @@ def test_gpu_slots_start_each_engine_on_its_own_gpus(
 
 
 @pytest.mark.timing  # two engines' verdicts, with margins for two
+@pytest.mark.alone  # the two engines take both cores: a third would eat those margins
 def test_parallel_two_gives_the_sequential_answer_in_fewer_rounds(
     sequential_search: SweepRun, budgettune_cmd: list[str], tmp_path: Path
 ) -> None:

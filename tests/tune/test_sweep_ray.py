@@ -22,7 +22,8 @@ import pytest
 from rising_tbt import SEARCH  # this folder is on sys.path under pytest
 from test_sweep_parallel import alive
 
-pytestmark = [pytest.mark.slow, pytest.mark.timing]  # verdicts on replays that share the cores
+# verdicts on replays that share the cores, with Ray's processes beside them: nothing else beside
+pytestmark = [pytest.mark.slow, pytest.mark.timing, pytest.mark.alone]
 
 RAY_PROCESS_WORDS = (b"raylet", b"gcs_server", b"ray::", b"ray/dashboard", b"ray/_private")
 
