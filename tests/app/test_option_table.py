@@ -1,0 +1,183 @@
+"""The behaviour table, engine group: every launch option that `sweep` and `replay` take, given on
+the command line, arriving where it acts. That is the engine's command line and environment, as
+a stand-in vLLM records them (the built-in engine behind vLLM's command line), the requests the
+engine accepted (the API key), the options the run saved (sweep.json, read by --resume) and, for
+`sweep`, the vllm.yaml it writes: what the user set, so that the config starts the engine as it
+was measured. One run of each command carries every option at once, and each row of the table
+is checked on it. A value lost between the flag and the engine fails its row by name."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+# vLLM's command line onto the built-in engine, after writing down what it was started with.
+# The flags the built-in engine has no use for are vLLM's own and are recorded before they go.
+RECORDING_VLLM = """
+    import json, os, runpy, sys
+    args = sys.argv[1:]
+    with open(os.environ["TABLE_LOG"], "a") as log:
+        env = {name: os.environ.get(name) for name in ("TABLE_ENV", "VLLM_API_KEY")}
+        log.write(json.dumps({"argv": args, "env": env}) + "\\n")
+    takes_value = {"--tensor-parallel-size": 1, "--enable-prefix-caching": 0,
+                   "--no-enable-prefix-caching": 0}
+    served, i = [], 0
+    while i < len(args):
+        if args[i] in takes_value:
+            i += 1 + takes_value[args[i]]
+            continue
+        served.append(args[i])
+        i += 1
+    sys.argv = ["sim_server", *served]
+    runpy.run_module("budgettune.engines.embedded", run_name="__main__")
+"""
+
+KEY = "table-key-0451"
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One option, the value given, and where it must arrive: ``argv`` (these words, in order,
+    on the engine's command line), ``env`` (a variable of the engine's environment and its
+    value), ``yaml`` (a line of sweep's vllm.yaml; None: not carried, and ``why``) and ``saved``
+    (its value among sweep.json's options)."""
+
+    option: str
+    value: str
+    argv: tuple[str, ...] = ()
+    env: tuple[str, str] | None = None
+    yaml: str | None = None
+    saved: tuple[str, object] | None = None
+    why: str = ""
+
+
+ENGINE_GROUP = (
+    Row("--model", "llama-3.1-8b", argv=("--model", "llama-3.1-8b"),
+        yaml='model: "llama-3.1-8b"', saved=("model", "llama-3.1-8b")),
+    Row("--max-num-seqs", "24", argv=("--max-num-seqs", "24"), yaml="max-num-seqs: 24",
+        saved=("max_num_seqs", 24)),
+    Row("--max-model-len", "16384", argv=("--max-model-len", "16384"),
+        yaml="max-model-len: 16384"),
+    Row("--tensor-parallel-size", "1", argv=("--tensor-parallel-size", "1"),
+        yaml="tensor-parallel-size: 1", saved=("tensor_parallel_size", 1)),
+    Row("--gpu-memory-utilization", "0.85", argv=("--gpu-memory-utilization", "0.85"),
+        yaml="gpu-memory-utilization: 0.85", saved=("gpu_memory_utilization", 0.85)),
+    Row("--dtype", "float16", argv=("--dtype", "float16"), yaml='dtype: "float16"',
+        saved=("dtype", "float16")),
+    Row("--prefix-caching", "on", argv=("--enable-prefix-caching",),
+        saved=("prefix_caching", "on"),
+        why="prefix caching is a measurement setting: replays run with it off unless asked"),
+    Row("--engine-arg", "--block-size 32", argv=("--block-size", "32"),
+        saved=("engine_arg", ["--block-size 32"]),
+        why="pass-through words are the user's own command line, not a setting budgettune read"),
+    Row("--env", "TABLE_ENV=seen", env=("TABLE_ENV", "seen"), saved=("env", ["TABLE_ENV=seen"])),
+    Row("--api-key", KEY, env=("VLLM_API_KEY", KEY),
+        why="a secret: never written to a file (the engine refused every request without it)"),
+    Row("--health-timeout", "3m", saved=("health_timeout", "3m")),
+)  # fmt: skip
+
+
+def given(rows: tuple[Row, ...]) -> list[str]:
+    return [word for row in rows for word in (row.option, row.value)]
+
+
+def recorded_starts(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def contains(words: list[str], part: tuple[str, ...]) -> bool:
+    return any(words[i : i + len(part)] == list(part) for i in range(len(words)))
+
+
+def check_engine_side(row: Row, start: dict) -> list[str]:
+    """What is wrong with ``row`` on one recorded engine start (empty: it arrived)."""
+    wrong = []
+    if row.argv and not contains(start["argv"], row.argv):
+        wrong.append(f"{row.option}: {' '.join(row.argv)} not on the command line {start['argv']}")
+    if row.env and start["env"].get(row.env[0]) != row.env[1]:
+        wrong.append(f"{row.option}: {row.env[0]}={start['env'].get(row.env[0])!r} in its env")
+    return wrong
+
+
+@pytest.fixture(scope="module")
+def recording_vllm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    script = tmp_path_factory.mktemp("engine") / "recording_vllm.py"
+    script.write_text(textwrap.dedent(RECORDING_VLLM))
+    return script
+
+
+def run(cmd: list[str], log: Path) -> subprocess.CompletedProcess[str]:
+    """``cmd`` with the engine's record going to ``log``, and no API key but the table's."""
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"}
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=300, env={**env, "TABLE_LOG": str(log)}
+    )
+
+
+TRAFFIC = ["--prompt-dist", "fixed:200", "--output-dist", "fixed:16", "--rate", "8",
+           "--requests", "12", "--seed", "1"]  # fmt: skip
+
+
+def test_sweep_carries_every_engine_option_to_the_engine_the_config_and_the_record(
+    budgettune_cmd: list[str], recording_vllm: Path, tmp_path: Path
+) -> None:
+    log, run_dir = tmp_path / "starts.jsonl", tmp_path / "run"
+    done = run([
+        *budgettune_cmd, "sweep", "--engine", "vllm",
+        "--engine-cmd", f"{sys.executable} {recording_vllm}", *given(ENGINE_GROUP),
+        "--profile", "analytic", "--gpu", "h100-sxm", "--budgets", "512", "--baseline", "none",
+        *TRAFFIC, "--slo-tbt", "200ms", "--slo-ttft", "5s", "--max-replays", "1",
+        "-o", str(run_dir),
+    ], log)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    starts = recorded_starts(log)
+    assert starts, "the engine was never started"
+    wrong = [problem for start in starts for row in ENGINE_GROUP
+             for problem in check_engine_side(row, start)]  # fmt: skip
+    yaml_lines = (run_dir / "vllm.yaml").read_text().splitlines()
+    saved = json.loads((run_dir / "sweep.json").read_text())["options"]
+    for row in ENGINE_GROUP:
+        if row.yaml is not None and row.yaml not in yaml_lines:
+            wrong.append(f"{row.option}: {row.yaml!r} not in vllm.yaml {yaml_lines}")
+        if row.saved is not None and saved.get(row.saved[0]) != row.saved[1]:
+            wrong.append(f"{row.option}: sweep.json has {row.saved[0]}={saved.get(row.saved[0])!r}")
+    assert not wrong, "\n".join(wrong)
+    # Each line of the config is one of the table's (or the budget): nothing else was added.
+    settings = [line for line in yaml_lines if not line.startswith("#")]
+    expected = {row.yaml for row in ENGINE_GROUP if row.yaml} | {"max-num-batched-tokens: 512"}
+    assert set(settings) == expected, settings
+    # The key is a secret: no file of the run holds it.
+    for path in run_dir.rglob("*"):
+        if path.is_file():
+            assert KEY not in path.read_text(errors="replace"), f"the API key is in {path}"
+
+
+def test_replay_carries_every_engine_option_to_the_engine(
+    budgettune_cmd: list[str], recording_vllm: Path, tmp_path: Path
+) -> None:
+    log, out = tmp_path / "starts.jsonl", tmp_path / "replay"
+    done = run([
+        *budgettune_cmd, "replay", "--engine", "vllm",
+        "--engine-cmd", f"{sys.executable} {recording_vllm}", *given(ENGINE_GROUP),
+        "--budget", "512", *TRAFFIC, "--json", "-o", str(out),
+    ], log)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (start,) = recorded_starts(log)
+    wrong = [problem for row in ENGINE_GROUP for problem in check_engine_side(row, start)]
+    assert not wrong, "\n".join(wrong)
+    assert contains(start["argv"], ("--max-num-batched-tokens", "512"))
+    # The engine demanded the key, so every request carrying it is what let the replay complete.
+    doc = json.loads(done.stdout)
+    assert (doc["completed"], doc["failed"]) == (12, 0), doc
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert KEY not in path.read_text(errors="replace"), f"the API key is in {path}"
