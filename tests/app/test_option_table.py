@@ -1,10 +1,12 @@
-"""The behaviour table, engine group: every launch option that `sweep` and `replay` take, given on
-the command line, arriving where it acts. That is the engine's command line and environment, as
-a stand-in vLLM records them (the built-in engine behind vLLM's command line), the requests the
-engine accepted (the API key), the options the run saved (sweep.json, read by --resume) and, for
-`sweep`, the vllm.yaml it writes: what the user set, so that the config starts the engine as it
-was measured. One run of each command carries every option at once, and each row of the table
-is checked on it. A value lost between the flag and the engine fails its row by name."""
+"""The behaviour table, engine and client groups: every launch option that `sweep` and `replay`
+take, and the load generator's options that shape a request, given on the command line,
+arriving where they act. That is the engine's command line and environment, as
+a stand-in vLLM records them (the built-in engine behind vLLM's command line), every request it
+received (its path, its body, the key), the options the run saved (sweep.json, read by
+--resume) and, for `sweep`, the vllm.yaml it writes: what the user set, so that the config
+starts the engine as it was measured. One run of each command carries every option at once,
+and each row of the table is checked on it. A value lost between the flag and the engine fails
+its row by name."""
 
 from __future__ import annotations
 
@@ -37,6 +39,17 @@ RECORDING_VLLM = """
             continue
         served.append(args[i])
         i += 1
+    # Every generation request as it arrived: its path, its body, and whether it carried the key.
+    from budgettune.engines.embedded import app as sim_app
+    original = sim_app.SimApp._generate
+    async def recorded(self, exchange, endpoint):
+        request = exchange.request
+        keyed = request.headers.get("authorization") == "Bearer " + os.environ["TABLE_KEY"]
+        with open(os.environ["TABLE_HTTP"], "a") as http:
+            http.write(json.dumps({"path": request.path, "keyed": keyed,
+                                   "body": json.loads(request.body)}) + "\\n")
+        return await original(self, exchange, endpoint)
+    sim_app.SimApp._generate = recorded
     sys.argv = ["sim_server", *served]
     runpy.run_module("budgettune.engines.embedded", run_name="__main__")
 """
@@ -116,11 +129,81 @@ def recording_vllm(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run(cmd: list[str], log: Path) -> subprocess.CompletedProcess[str]:
-    """``cmd`` with the engine's record going to ``log``, and no API key but the table's."""
+    """``cmd`` with the engine's starts recorded in ``log`` and its requests in ``log``'s
+    sibling http.jsonl, and no API key but the table's."""
     env = {k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"}
+    recording = {"TABLE_LOG": str(log), "TABLE_HTTP": str(http_log(log)), "TABLE_KEY": KEY}
     return subprocess.run(
-        cmd, capture_output=True, text=True, timeout=300, env={**env, "TABLE_LOG": str(log)}
+        cmd, capture_output=True, text=True, timeout=300, env={**env, **recording}
     )
+
+
+def http_log(log: Path) -> Path:
+    return log.with_name("http.jsonl")
+
+
+@dataclass(frozen=True, slots=True)
+class ClientRow:
+    """A load-generator option (``value`` None: a flag alone), what every generation request
+    the engine received must show (``request``, in words), and its value among sweep.json's
+    options (``saved``; sweep only)."""
+
+    option: str
+    value: str | None
+    request: str = ""
+    saved: tuple[str, object] | None = None
+
+
+ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+
+
+def on_every_request(row: ClientRow, requests: list[dict]) -> bool:
+    """Whether every recorded request shows ``row``'s value."""
+    checks = {
+        "--api-key": lambda r: r["keyed"],
+        "--endpoint": lambda r: r["path"] == ENDPOINT_PATHS[str(row.value)],
+        "--continuous-usage-stats": lambda r: (
+            r["body"]["stream_options"].get("continuous_usage_stats") is True
+        ),
+        "--prompt-form": lambda r: (
+            isinstance(r["body"].get("prompt"), list)
+            and all(isinstance(t, int) for t in r["body"]["prompt"])
+        ),
+    }
+    return all(checks[row.option](r) for r in requests)
+
+
+CLIENT_SWEEP = (
+    ClientRow("--api-key", KEY, request="Authorization: Bearer <the key>"),
+    ClientRow("--continuous-usage-stats", None, request="stream_options.continuous_usage_stats",
+              saved=("continuous_usage_stats", True)),
+    ClientRow("--prompt-form", "ids", request="a prompt of token ids",
+              saved=("prompt_form", "ids")),
+    ClientRow("--request-timeout", "45s", saved=("request_timeout", "45s")),
+)  # fmt: skip
+CLIENT_REPLAY = (
+    ClientRow("--api-key", KEY, request="Authorization: Bearer <the key>"),
+    ClientRow("--endpoint", "chat", request="POST /v1/chat/completions"),
+    ClientRow("--continuous-usage-stats", None, request="stream_options.continuous_usage_stats"),
+)
+
+
+def client_words(rows: tuple[ClientRow, ...]) -> list[str]:
+    words = [row.option if row.value is None else f"{row.option}={row.value}" for row in rows]
+    return [word for word in words if not word.startswith("--api-key")]  # given once, above
+
+
+def client_problems(rows: tuple[ClientRow, ...], log: Path, saved: dict | None) -> list[str]:
+    received = [json.loads(line) for line in http_log(log).read_text().splitlines()]
+    # The replay's requests stream; the readiness check (one token, not streamed) is not one.
+    requests = [r for r in received if r["body"].get("stream") is True]
+    wrong = [] if len(requests) >= 12 else [f"{len(requests)} streamed requests of 12 or more"]
+    for row in rows:
+        if row.request and not on_every_request(row, requests):
+            wrong.append(f"{row.option}: not every request showed {row.request}")
+        if saved is not None and row.saved and saved.get(row.saved[0]) != row.saved[1]:
+            wrong.append(f"{row.option}: sweep.json has {row.saved[0]}={saved.get(row.saved[0])!r}")
+    return wrong
 
 
 TRAFFIC = ["--prompt-dist", "fixed:200", "--output-dist", "fixed:16", "--rate", "8",
@@ -134,7 +217,8 @@ def test_sweep_carries_every_engine_option_to_the_engine_the_config_and_the_reco
     done = run([
         *budgettune_cmd, "sweep", "--engine", "vllm",
         "--engine-cmd", f"{sys.executable} {recording_vllm}", *given(ENGINE_GROUP),
-        "--profile", "analytic", "--gpu", "h100-sxm", "--budgets", "512", "--baseline", "none",
+        *client_words(CLIENT_SWEEP), "--profile", "analytic", "--gpu", "h100-sxm",
+        "--budgets", "512", "--baseline", "none",
         *TRAFFIC, "--slo-tbt", "200ms", "--slo-ttft", "5s", "--max-replays", "1",
         "-o", str(run_dir),
     ], log)  # fmt: skip
@@ -150,6 +234,7 @@ def test_sweep_carries_every_engine_option_to_the_engine_the_config_and_the_reco
             wrong.append(f"{row.option}: {row.yaml!r} not in vllm.yaml {yaml_lines}")
         if row.saved is not None and saved.get(row.saved[0]) != row.saved[1]:
             wrong.append(f"{row.option}: sweep.json has {row.saved[0]}={saved.get(row.saved[0])!r}")
+    wrong += client_problems(CLIENT_SWEEP, log, saved)
     assert not wrong, "\n".join(wrong)
     # Each line of the config is one of the table's (or the budget): nothing else was added.
     settings = [line for line in yaml_lines if not line.startswith("#")]
@@ -168,11 +253,12 @@ def test_replay_carries_every_engine_option_to_the_engine(
     done = run([
         *budgettune_cmd, "replay", "--engine", "vllm",
         "--engine-cmd", f"{sys.executable} {recording_vllm}", *given(ENGINE_GROUP),
-        "--budget", "512", *TRAFFIC, "--json", "-o", str(out),
+        *client_words(CLIENT_REPLAY), "--budget", "512", *TRAFFIC, "--json", "-o", str(out),
     ], log)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     (start,) = recorded_starts(log)
     wrong = [problem for row in ENGINE_GROUP for problem in check_engine_side(row, start)]
+    wrong += client_problems(CLIENT_REPLAY, log, None)
     assert not wrong, "\n".join(wrong)
     assert contains(start["argv"], ("--max-num-batched-tokens", "512"))
     # The engine demanded the key, so every request carrying it is what let the replay complete.
