@@ -29,26 +29,30 @@ READINGS = 3
 WARM_UP_S = 0.3
 
 
+def _work(loops: int) -> int:
+    """The fixed unit's pure-Python work, ``loops`` times round."""
+    total = 0
+    for i in range(loops):
+        total += i * i
+    return total
+
+
 def reference_ms() -> float:
     """Milliseconds of the fastest of REFERENCE_UNITS runs of the fixed unit."""
     fastest_s = float("inf")
     for _ in range(REFERENCE_UNITS):
         started = time.perf_counter()
-        total = 0
-        for i in range(REFERENCE_LOOPS):
-            total += i * i
+        _work(REFERENCE_LOOPS)
         fastest_s = min(fastest_s, time.perf_counter() - started)
     return round(fastest_s * 1e3, 3)
 
 
 def warm_up(seconds: float = WARM_UP_S) -> None:
-    """Run the fixed unit's loop for ``seconds``: a core that was idle reaches its working
-    speed (see WARM_UP_S)."""
+    """Run the fixed unit's work for ``seconds`` (in slices of 1,000 loops, each well under a
+    millisecond): a core that was idle reaches its working speed (see WARM_UP_S)."""
     deadline = time.perf_counter() + seconds
-    total = 0
     while time.perf_counter() < deadline:
-        for i in range(1000):
-            total += i * i
+        _work(1000)
 
 
 def settled_reference_ms(against_ms: float | None = None) -> float:

@@ -201,9 +201,23 @@ def client_problems(rows: tuple[ClientRow, ...], log: Path, saved: dict | None) 
     for row in rows:
         if row.request and not on_every_request(row, requests):
             wrong.append(f"{row.option}: not every request showed {row.request}")
-        if saved is not None and row.saved and saved.get(row.saved[0]) != row.saved[1]:
-            wrong.append(f"{row.option}: sweep.json has {row.saved[0]}={saved.get(row.saved[0])!r}")
+        if saved is not None:
+            wrong += saved_problems(row.option, row.saved, saved)
     return wrong
+
+
+def saved_problems(option: str, want: tuple[str, object] | None, saved: dict) -> list[str]:
+    """What is wrong with ``option``'s value among sweep.json's options (empty: as given)."""
+    if want is None or saved.get(want[0]) == want[1]:
+        return []
+    return [f"{option}: sweep.json has {want[0]}={saved.get(want[0])!r}"]
+
+
+def assert_key_in_no_file(folder: Path) -> None:
+    """The key is a secret: no file the run wrote holds it."""
+    for path in folder.rglob("*"):
+        if path.is_file():
+            assert KEY not in path.read_text(errors="replace"), f"the API key is in {path}"
 
 
 TRAFFIC = ["--prompt-dist", "fixed:200", "--output-dist", "fixed:16", "--rate", "8",
@@ -232,18 +246,14 @@ def test_sweep_carries_every_engine_option_to_the_engine_the_config_and_the_reco
     for row in ENGINE_GROUP:
         if row.yaml is not None and row.yaml not in yaml_lines:
             wrong.append(f"{row.option}: {row.yaml!r} not in vllm.yaml {yaml_lines}")
-        if row.saved is not None and saved.get(row.saved[0]) != row.saved[1]:
-            wrong.append(f"{row.option}: sweep.json has {row.saved[0]}={saved.get(row.saved[0])!r}")
+        wrong += saved_problems(row.option, row.saved, saved)
     wrong += client_problems(CLIENT_SWEEP, log, saved)
     assert not wrong, "\n".join(wrong)
     # Each line of the config is one of the table's (or the budget): nothing else was added.
     settings = [line for line in yaml_lines if not line.startswith("#")]
     expected = {row.yaml for row in ENGINE_GROUP if row.yaml} | {"max-num-batched-tokens: 512"}
     assert set(settings) == expected, settings
-    # The key is a secret: no file of the run holds it.
-    for path in run_dir.rglob("*"):
-        if path.is_file():
-            assert KEY not in path.read_text(errors="replace"), f"the API key is in {path}"
+    assert_key_in_no_file(run_dir)
 
 
 def test_replay_carries_every_engine_option_to_the_engine(
@@ -264,6 +274,4 @@ def test_replay_carries_every_engine_option_to_the_engine(
     # The engine demanded the key, so every request carrying it is what let the replay complete.
     doc = json.loads(done.stdout)
     assert (doc["completed"], doc["failed"]) == (12, 0), doc
-    for path in out.rglob("*"):
-        if path.is_file():
-            assert KEY not in path.read_text(errors="replace"), f"the API key is in {path}"
+    assert_key_in_no_file(out)
