@@ -48,7 +48,7 @@ from budgettune.engines.defaults_probe import engine_defaults
 from budgettune.engines.process import free_port
 from budgettune.engines.served import engine_log_path
 from budgettune.engines.vllm import VllmEngine
-from budgettune.loadgen.runner import RunOptions
+from budgettune.loadgen.runner import RunOptions, RunProgress
 from budgettune.loadgen.server_metrics import HistogramData, parse_prometheus
 from budgettune.trace.schedule import Schedule
 
@@ -255,7 +255,7 @@ async def kill_mid_stream(handle: EngineHandle, made_before: float) -> int | Non
     seen: int | None = None
     async with httpx.AsyncClient(timeout=5) as client:
         while time.monotonic() < deadline:
-            counters = parse_prometheus((await client.get(metrics_url(handle))).text).counters
+            counters = await vllm_counters(client, handle)
             running = counters.get("vllm:num_requests_running", 0.0)
             made = counters.get("vllm:generation_tokens_total", 0.0) - made_before
             if running == len(LONG_RUN) and made >= KILL_AFTER_TOKENS * len(LONG_RUN):
@@ -266,13 +266,15 @@ async def kill_mid_stream(handle: EngineHandle, made_before: float) -> int | Non
     return seen
 
 
-def metrics_url(handle: EngineHandle) -> str:
-    return handle.url.rstrip("/") + "/metrics"
+async def vllm_counters(client: httpx.AsyncClient, handle: EngineHandle) -> dict[str, float]:
+    """vLLM's /metrics counters and gauges, as they read now."""
+    text = (await client.get(handle.url.rstrip("/") + "/metrics")).text
+    return parse_prometheus(text).counters
 
 
 async def replay_then_kill(handle: EngineHandle, config: ReplayConfig) -> Killed:
     async with httpx.AsyncClient(timeout=5) as client:
-        counters = parse_prometheus((await client.get(metrics_url(handle))).text).counters
+        counters = await vllm_counters(client, handle)
     killer = asyncio.create_task(
         kill_mid_stream(handle, counters.get("vllm:generation_tokens_total", 0.0))
     )
@@ -284,27 +286,37 @@ async def serve_budget(
     config: ReplayConfig, schedule: Schedule, *, then_kill: bool
 ) -> tuple[ReplayResult, float, EngineHandle, Killed | None]:
     """Start the engine, replay ``schedule`` on it, then (``then_kill``) LONG_RUN with a SIGKILL
-    mid-way, and stop it. Also the share of the episodes' replay that the client's event loop
-    was kept from running for more than STALL_S at a stretch: a chunk arriving then is stamped
-    late, and streams read in such a stretch arrive all at once."""
-    stalls: list[float] = []
+    mid-way, and stop it. Also the share of the episodes' replay, from its first send to its last
+    response, that the client's event loop was kept from running for more than STALL_S at a
+    stretch: a chunk arriving then is stamped late, and streams read in such a stretch arrive all
+    at once. Outside that window the loop is held on purpose, with nothing in flight (the
+    machine-speed readings, 0.4-1 s of blocking work), and no chunk can be stamped late."""
+    stalls: list[tuple[float, float]] = []  # (when the beat began, how much longer it took)
+    window: list[float] = []  # the replay's first and latest progress (a send or a response)
     done = asyncio.Event()
 
     async def beat() -> None:
         while not done.is_set():
             began = time.monotonic()
             await asyncio.sleep(HEARTBEAT_S)
-            stalls.append(time.monotonic() - began - HEARTBEAT_S)
+            stalls.append((began, time.monotonic() - began - HEARTBEAT_S))
+
+    def progressed(_: RunProgress) -> None:
+        now = time.monotonic()
+        if not window:
+            window.append(now)
+        window[1:] = [now]
 
     async with launched(config) as handle:
-        began_s = time.monotonic()
         beats = asyncio.get_running_loop().create_task(beat())
         try:
-            result = await replay_on(handle, config, schedule)
+            result = await replay_on(handle, config, schedule, on_progress=progressed)
         finally:
             done.set()
             await beats
-        stalled = sum(s for s in stalls if s > STALL_S) / (time.monotonic() - began_s)
+        first_s, last_s = window[0], window[-1]
+        held_s = sum(s for began, s in stalls if s > STALL_S and first_s <= began <= last_s)
+        stalled = held_s / (last_s - first_s)
         killed = await replay_then_kill(handle, config) if then_kill else None
     return result, stalled, handle, killed
 
