@@ -6,7 +6,9 @@ received (its path, its body, the key), the options the run saved (sweep.json, r
 --resume) and, for `sweep`, the vllm.yaml it writes: what the user set, so that the config
 starts the engine as it was measured. One run of each command carries every option at once,
 and each row of the table is checked on it. A value lost between the flag and the engine fails
-its row by name."""
+its row by name. The traffic, SLO and calibration groups ride on the same sweep: each row
+shows its value where it acts (every request the engine received, the verdict, the predictions'
+source in recommendation.json and the report)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -194,9 +197,7 @@ def client_words(rows: tuple[ClientRow, ...]) -> list[str]:
 
 
 def client_problems(rows: tuple[ClientRow, ...], log: Path, saved: dict | None) -> list[str]:
-    received = [json.loads(line) for line in http_log(log).read_text().splitlines()]
-    # The replay's requests stream; the readiness check (one token, not streamed) is not one.
-    requests = [r for r in received if r["body"].get("stream") is True]
+    requests = streamed_requests(log)
     wrong = [] if len(requests) >= 12 else [f"{len(requests)} streamed requests of 12 or more"]
     for row in rows:
         if row.request and not on_every_request(row, requests):
@@ -220,8 +221,116 @@ def assert_key_in_no_file(folder: Path) -> None:
             assert KEY not in path.read_text(errors="replace"), f"the API key is in {path}"
 
 
-TRAFFIC = ["--prompt-dist", "fixed:200", "--output-dist", "fixed:16", "--rate", "8",
-           "--requests", "12", "--seed", "1"]  # fmt: skip
+@dataclass(frozen=True, slots=True)
+class OutcomeRow:
+    """A traffic, SLO or calibration option, what shows it acted (``shows``, in words), and the
+    check of that on the streamed requests the engine received and the sweep's
+    recommendation.json (``doc``) and report.html (``page``)."""
+
+    option: str
+    value: str
+    shows: str
+    check: Callable[[list[dict], dict, str], bool]
+
+
+def streamed_requests(log: Path) -> list[dict]:
+    """The replay's requests as the engine received them (the readiness check, one token and not
+    streamed, is not one of them)."""
+    received = [json.loads(line) for line in http_log(log).read_text().splitlines()]
+    return [r for r in received if r["body"].get("stream") is True]
+
+
+TRAFFIC_GROUP = (
+    OutcomeRow(
+        "--prompt-dist",
+        "fixed:200",
+        "a prompt of 200 token ids on every request",
+        lambda reqs, doc, page: all(len(r["body"]["prompt"]) == 200 for r in reqs),
+    ),
+    OutcomeRow(
+        "--output-dist",
+        "fixed:16",
+        "max_tokens 16 and no early stop on every request",
+        lambda reqs, doc, page: all(
+            r["body"]["max_tokens"] == 16 and r["body"].get("ignore_eos") is True for r in reqs
+        ),
+    ),
+    OutcomeRow(
+        "--requests",
+        "12",
+        "12 streamed requests (one replay of one budget)",
+        lambda reqs, doc, page: len(reqs) == 12 and doc["load"]["requests"] == 12,
+    ),
+    OutcomeRow(
+        "--rate",
+        "8",
+        "8 req/s asked and realised",
+        lambda reqs, doc, page: (
+            doc["load"]["asked_rate_per_s"] == 8.0
+            and doc["points"][0]["selfcheck"]["achieved_rate_per_s"] == 8.0
+        ),
+    ),
+    OutcomeRow(
+        "--seed",
+        "1",
+        "seed 1 in the record (it draws the arrivals)",
+        lambda reqs, doc, page: doc["settings"]["seed"] == 1,
+    ),
+)
+SLO_GROUP = (
+    OutcomeRow(
+        "--slo-tbt",
+        "200ms",
+        "the verdict's TBT target, 200 ms",
+        lambda reqs, doc, page: (
+            doc["slo"]["tbt_ms"] == 200.0 and "<= 200 ms" in doc["choice"]["headline"]
+        ),
+    ),
+    OutcomeRow(
+        "--slo-ttft",
+        "5s",
+        "the verdict's TTFT target, 5000 ms",
+        lambda reqs, doc, page: (
+            doc["slo"]["ttft_ms"] == 5000.0 and "<= 5000 ms" in doc["choice"]["headline"]
+        ),
+    ),
+    OutcomeRow(
+        "--percentile",
+        "95",
+        "the verdict's percentile, p95",
+        lambda reqs, doc, page: (
+            doc["slo"]["percentile"] == 95.0 and doc["choice"]["headline"].count("p95 ") == 2
+        ),
+    ),
+)
+CALIBRATION_GROUP = (
+    OutcomeRow(
+        "--calibration",
+        "seed",
+        "the predictions' source, in the record and the report",
+        lambda reqs, doc, page: (
+            "calibration seed" in doc["model_source"]
+            and "calibration seed" in page
+            and "calibration measured" not in page
+        ),
+    ),
+)
+
+
+def given_outcomes(rows: tuple[OutcomeRow, ...]) -> list[str]:
+    return [word for row in rows for word in (row.option, row.value)]
+
+
+def outcome_problems(rows: tuple[OutcomeRow, ...], log: Path, run_dir: Path) -> list[str]:
+    requests = streamed_requests(log)
+    doc = json.loads((run_dir / "recommendation.json").read_text())
+    page = (run_dir / "report.html").read_text()
+    return [f"{row.option} {row.value}: not shown: {row.shows}"
+            for row in rows if not row.check(requests, doc, page)]  # fmt: skip
+
+
+OUTCOME_GROUPS = (*TRAFFIC_GROUP, *SLO_GROUP, *CALIBRATION_GROUP)
+TRAFFIC = given_outcomes(TRAFFIC_GROUP)
 
 
 def test_sweep_carries_every_engine_option_to_the_engine_the_config_and_the_record(
@@ -233,8 +342,7 @@ def test_sweep_carries_every_engine_option_to_the_engine_the_config_and_the_reco
         "--engine-cmd", f"{sys.executable} {recording_vllm}", *given(ENGINE_GROUP),
         *client_words(CLIENT_SWEEP), "--profile", "analytic", "--gpu", "h100-sxm",
         "--budgets", "512", "--baseline", "none",
-        *TRAFFIC, "--slo-tbt", "200ms", "--slo-ttft", "5s", "--max-replays", "1",
-        "-o", str(run_dir),
+        *given_outcomes(OUTCOME_GROUPS), "--max-replays", "1", "-o", str(run_dir),
     ], log)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     starts = recorded_starts(log)
@@ -248,6 +356,7 @@ def test_sweep_carries_every_engine_option_to_the_engine_the_config_and_the_reco
             wrong.append(f"{row.option}: {row.yaml!r} not in vllm.yaml {yaml_lines}")
         wrong += saved_problems(row.option, row.saved, saved)
     wrong += client_problems(CLIENT_SWEEP, log, saved)
+    wrong += outcome_problems(OUTCOME_GROUPS, log, run_dir)
     assert not wrong, "\n".join(wrong)
     # Each line of the config is one of the table's (or the budget): nothing else was added.
     settings = [line for line in yaml_lines if not line.startswith("#")]
@@ -271,6 +380,9 @@ def test_replay_carries_every_engine_option_to_the_engine(
     wrong += client_problems(CLIENT_REPLAY, log, None)
     assert not wrong, "\n".join(wrong)
     assert contains(start["argv"], ("--max-num-batched-tokens", "512"))
+    # The traffic on the chat endpoint: as many requests as asked, each with its output length.
+    requests = streamed_requests(log)
+    assert len(requests) == 12 and all(r["body"]["max_tokens"] == 16 for r in requests)
     # The engine demanded the key, so every request carrying it is what let the replay complete.
     doc = json.loads(done.stdout)
     assert (doc["completed"], doc["failed"]) == (12, 0), doc
