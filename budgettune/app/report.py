@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from budgettune.app.profile import summarize as profile_summary
-from budgettune.app.requests import ReportRequest
+from budgettune.app.requests import PROFILE_MAX_TOKENS, ReportRequest
 from budgettune.artifacts.results import RESULTS_FILE, Results
 from budgettune.artifacts.sweep_options import OPTIONS_KEY
 from budgettune.core.errors import BudgettuneError, SpecError, UserError
@@ -134,6 +134,7 @@ def sweep_profile(doc: Mapping[str, Any], run_dir: Path) -> ProfileInput | None:
     return model_profile_input(
         step_model,
         label=f"roofline model of {model} on {gpu} (calibration {calibration})",
+        max_tokens=PROFILE_MAX_TOKENS,
         floor_tokens=floor,
         ceilings_tokens=ceilings,
         ceilings_note=note,

@@ -217,7 +217,7 @@ def model_profile_input(
     model: StepModel,
     *,
     label: str,
-    max_tokens: int = 8192,
+    max_tokens: int,
     floor_tokens: int | None = None,
     ceilings_tokens: Mapping[float, int] | None = None,
     ceilings_note: str | None = None,

@@ -1,5 +1,5 @@
-"""The behaviour table, engine and client groups: every launch option that `sweep` and `replay`
-take, and the load generator's options that shape a request, given on the command line,
+"""The behaviour table, engine and client groups: every launch option that `sweep`, `replay` and
+`profile` take, and the load generator's options that shape a request, given on the command line,
 arriving where they act. That is the engine's command line and environment, as
 a stand-in vLLM records them (the built-in engine behind vLLM's command line), every request it
 received (its path, its body, the key), the options the run saved (sweep.json, read by
@@ -387,3 +387,43 @@ def test_replay_carries_every_engine_option_to_the_engine(
     doc = json.loads(done.stdout)
     assert (doc["completed"], doc["failed"]) == (12, 0), doc
     assert_key_in_no_file(out)
+
+
+# `profile` takes the engine group less what it sets itself (the budget and sequences its probes
+# need, prefix caching off), and its own grid, which sizes the engine it starts.
+PROFILE_ENGINE_GROUP = (
+    Row("--model", "llama-3.1-8b", argv=("--model", "llama-3.1-8b")),
+    Row("--dtype", "float16", argv=("--dtype", "float16")),
+    Row("--tensor-parallel-size", "2", argv=("--tensor-parallel-size", "2"),
+        why="1, vLLM's own default, is left off the command line"),
+    Row("--engine-arg", "--block-size 32", argv=("--block-size", "32")),
+    Row("--env", "TABLE_ENV=seen", env=("TABLE_ENV", "seen")),
+    Row("--api-key", KEY, env=("VLLM_API_KEY", KEY)),
+    # the largest probe (512 tokens beside 4 decoders) fits one iteration: 516 rounded up to 256s
+    Row("--max-tokens", "512", argv=("--max-num-batched-tokens", "768")),
+    Row("--max-batch", "4", argv=("--max-num-seqs", "5"), why="the decoders and one prompt"),
+)  # fmt: skip
+
+
+def test_profile_carries_every_engine_option_to_the_engine_and_the_profile(
+    budgettune_cmd: list[str], recording_vllm: Path, tmp_path: Path
+) -> None:
+    log, out = tmp_path / "starts.jsonl", tmp_path / "profile" / "vllm.json"
+    done = run([
+        *budgettune_cmd, "profile", "--engine", "vllm",
+        "--engine-cmd", f"{sys.executable} {recording_vllm}", *given(PROFILE_ENGINE_GROUP),
+        "--repeats", "1", "--health-timeout", "3m", "-o", str(out),
+    ], log)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (start,) = recorded_starts(log)
+    wrong = [problem for row in PROFILE_ENGINE_GROUP for problem in check_engine_side(row, start)]
+    assert not wrong, "\n".join(wrong)
+    received = [json.loads(line) for line in http_log(log).read_text().splitlines()]
+    # every probe (and the readiness check) carried the key the engine demanded
+    assert len(received) > 10 and all(r["keyed"] for r in received)
+    assert max(len(r["body"]["prompt"]) for r in received) == 512
+    # The profile records the command it measured on: the command line the engine was given.
+    saved = json.loads(out.read_text())["engine"]["settings"]
+    assert saved["command"][-len(start["argv"]) :] == start["argv"], saved["command"]
+    assert saved["dtype"] == "float16" and saved["max_num_seqs"] == 5
+    assert_key_in_no_file(out.parent)
