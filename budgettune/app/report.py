@@ -15,6 +15,7 @@ from typing import Any
 
 from budgettune.app.profile import summarize as profile_summary
 from budgettune.app.requests import PROFILE_MAX_TOKENS, ReportRequest
+from budgettune.artifacts.recommendation import SweepDocument
 from budgettune.artifacts.results import RESULTS_FILE, Results
 from budgettune.artifacts.sweep_options import OPTIONS_KEY
 from budgettune.core.errors import BudgettuneError, SpecError, UserError
@@ -38,6 +39,7 @@ from budgettune.report.sources_sweep import (
     RECOMMENDATION_FILE,
     SETTINGS_FILE,
     is_sweep_folder,
+    sweep_document_input,
     sweep_input,
     sweep_results_input,
 )
@@ -232,3 +234,15 @@ def run_report(
     report = build_input(source, slo=slo, report_dir=target.parent, compare=compare)
     page = write_report(report, target)
     return ReportOutcome(target, report.kind, page.chart_ids, len(page.html.encode("utf-8")))
+
+
+def write_sweep_report(document: SweepDocument, run_dir: Path) -> Path:
+    """The page of a sweep that has just run, built from its document in memory (``budgettune
+    report`` of its folder rebuilds the same page from the files), into the run folder."""
+    report, doc = sweep_document_input(document, run_dir)
+    profile = sweep_profile(doc, run_dir)
+    if profile is not None:
+        report = dataclasses.replace(report, profile=profile)
+    target = run_dir / REPORT_FILE
+    write_report(report, target)
+    return target

@@ -24,6 +24,7 @@ from budgettune.app.traffic import Traffic
 from budgettune.artifacts.engine_config import FixedSettings
 from budgettune.artifacts.recommendation import (
     RunFacts,
+    finished_document,
     recommendation_document,
     sweep_results,
     write_outputs,
@@ -370,9 +371,9 @@ def _write_run_folder(
     files["results"] = save_results(sweep_results(config, document, list(points)), config.run_dir)
     if (config.run_dir / PROFILE_FILE).is_file():  # the profile step's, or an earlier run's
         files["profile"] = config.run_dir / PROFILE_FILE
-    from budgettune.app.report import run_report  # plotly loads only when a page is written
+    from budgettune.app.report import write_sweep_report  # plotly: only when a page is written
 
-    files["report"] = run_report(config.run_dir).path
+    files["report"] = write_sweep_report(finished_document(document, points), config.run_dir)
     return files
 
 

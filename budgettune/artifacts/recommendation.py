@@ -253,6 +253,19 @@ def sweep_document_of_results(results: Results, source: Path) -> SweepDocument:
     return _document(fields, points, config, finished=True)
 
 
+def finished_document(document: Mapping[str, Any], points: Sequence[Point]) -> SweepDocument:
+    """A sweep that has just finished, from what it holds in memory: the document it writes as
+    recommendation.json (:func:`recommendation_document`) and its typed points, read by the same
+    rules as the file, without the round trip through it."""
+    settings = document.get("settings")
+    return _document(
+        Fields(document, "the sweep's recommendation"),
+        tuple(points),
+        settings if isinstance(settings, Mapping) else {},
+        finished=True,
+    )
+
+
 def unfinished_document(settings: Mapping[str, Any], points: Sequence[Point]) -> SweepDocument:
     """A sweep still running or interrupted: its settings and the points finished so far."""
     return SweepDocument(finished=False, points=tuple(points), settings=settings)

@@ -259,6 +259,15 @@ def sweep_input(
     return _sweep_report(document, run_dir, slo, report_dir, {})
 
 
+def sweep_document_input(
+    document: SweepDocument, run_dir: Path
+) -> tuple[ReportInput, Mapping[str, Any]]:
+    """The report of a sweep whose document is in hand (the sweep that has just run): the same
+    page as :func:`sweep_input` of its folder; each budget's requests are read from the results
+    file its replay wrote."""
+    return _sweep_report(document, run_dir, Slo(), run_dir, {})
+
+
 def _with_settings(document: SweepDocument, settings: Mapping[str, Any]) -> SweepDocument:
     return dataclasses.replace(document, settings=settings)
 

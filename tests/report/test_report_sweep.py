@@ -147,11 +147,15 @@ def test_finished_ttft_null_means_failures(partial_run: Path) -> None:
 @pytest.mark.xdist_group("sweep-run")  # with the browser's test of the same sweep
 def test_real_sweep_page(sweep_run: Path, budgettune_cmd: list[str], tmp_path: Path) -> None:
     rec = json.loads((sweep_run / "recommendation.json").read_text())
+    written = (sweep_run / "report.html").read_text()  # by the sweep, from what it held in memory
     done = subprocess.run(
         [*budgettune_cmd, "report", str(sweep_run)], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
     page = (sweep_run / "report.html").read_text()
+    # `report` rebuilds the sweep's own page from its files, byte for byte: nothing the sweep
+    # knew is missing from the folder, nothing the folder says differs from what it knew
+    assert page == written
     assert rec["choice"]["headline"].replace("<=", "&lt;=") in page
     for chart_id in ("chart-profile", "chart-tbt-vs-budget", "chart-ttft-cdf", "chart-timeline"):
         assert f'id="{chart_id}"' in page
