@@ -30,7 +30,6 @@ from budgettune.core.errors import SpecError
 from budgettune.core.hardware import HardwareFacts, resolve_gpu, resolve_model
 from budgettune.core.limits import check_port
 from budgettune.core.slo import SLO
-from budgettune.core.units import parse_duration_s
 from budgettune.engines.base import LaunchSpec
 from budgettune.loadgen.runner import MERGED_MODES, RunOptions
 
@@ -58,13 +57,8 @@ def prepare_replay(
 ) -> PreparedReplay:
     """Validate ``request`` and decide everything one replay needs. Raises UserError
     subclasses naming the field."""
-    slo_tbt_s = (
-        None if request.slo_tbt is None else parse_duration_s(request.slo_tbt, field="slo_tbt")
-    )
-    slo_ttft_s = (
-        None if request.slo_ttft is None else parse_duration_s(request.slo_ttft, field="slo_ttft")
-    )
-    slo = judged_slo(slo_tbt_s, slo_ttft_s, request.percentile)
+    slo_tbt_s, slo_ttft_s = request.slo.targets_s()
+    slo = judged_slo(slo_tbt_s, slo_ttft_s, request.slo.percentile)
     if request.merged_chunks not in MERGED_MODES:
         raise SpecError(
             f"unknown mode {request.merged_chunks!r}; use spread or first", field="merged_chunks"
@@ -169,7 +163,7 @@ def _replay_settings(
         output_dist=t.output_dist, warmup=request.warmup,
         merged_chunks=request.merged_chunks, max_error_rate=request.max_error_rate,
         request_timeout=request.request_timeout, slo_tbt_s=slo_tbt_s,
-        slo_ttft_s=slo_ttft_s, percentile=request.percentile,
+        slo_ttft_s=slo_ttft_s, percentile=request.slo.percentile,
         python_version=platform.python_version(),
         trace_sha256=traffic.report.sha256 if traffic.report else None,
         **client.to_json(),

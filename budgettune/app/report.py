@@ -20,7 +20,6 @@ from budgettune.artifacts.results import RESULTS_FILE, Results
 from budgettune.artifacts.sweep_options import OPTIONS_KEY
 from budgettune.core.errors import BudgettuneError, SpecError, UserError
 from budgettune.core.hardware import resolve_gpu, resolve_model
-from budgettune.core.units import parse_duration_s
 from budgettune.model.profile import Profile, load_profile, profile_from_json
 from budgettune.model.stepmodel import StepModel
 from budgettune.report.html import write_report
@@ -208,13 +207,13 @@ def default_output(source: Path) -> Path:
 def report_for(request: ReportRequest) -> ReportOutcome:
     """The page a :class:`ReportRequest` asks for: its SLOs checked and parsed (errors name the
     field), then :func:`run_report`."""
-    percentile = request.percentile
+    percentile = request.slo.percentile
     if not (math.isfinite(percentile) and 0 < percentile <= 100):
         raise SpecError(f"must be in (0, 100], got {percentile:g}", field="percentile")
-    tbt, ttft = request.slo_tbt, request.slo_ttft
+    tbt_s, ttft_s = request.slo.targets_s()
     slo = Slo(
-        tbt_ms=None if tbt is None else parse_duration_s(tbt, field="slo_tbt") * 1e3,
-        ttft_ms=None if ttft is None else parse_duration_s(ttft, field="slo_ttft") * 1e3,
+        tbt_ms=None if tbt_s is None else tbt_s * 1e3,
+        ttft_ms=None if ttft_s is None else ttft_s * 1e3,
         percentile=percentile,
     )
     return run_report(request.source, output=request.output, slo=slo, compare=request.compare)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from budgettune.core.errors import SpecError
+from budgettune.core.units import parse_duration_s
 from budgettune.model.calibration import DEFAULT_CALIBRATION, CalibrationChoice
 
 DEFAULT_MODEL = "llama-3.1-8b"  # the model preset predictions and the sim engine use by default
@@ -117,6 +118,26 @@ class RooflineRequest:
 
 
 @dataclass(slots=True, frozen=True)
+class SloRequest:
+    """The SLO group as given: the time-between-tokens and time-to-first-token targets
+    (durations such as "50ms"; None: not given) and the percentile both constrain. The same
+    names in every command that takes them and in sweep.json; each command checks the
+    percentile against what it can judge."""
+
+    slo_tbt: str | None = None
+    slo_ttft: str | None = None
+    percentile: float = 99.0
+
+    def targets_s(self) -> tuple[float | None, float | None]:
+        """The TBT and TTFT targets in seconds (None: not given). Raises SpecError naming the
+        option whose value is not a duration."""
+        return (
+            None if self.slo_tbt is None else parse_duration_s(self.slo_tbt, field="slo_tbt"),
+            None if self.slo_ttft is None else parse_duration_s(self.slo_ttft, field="slo_ttft"),
+        )
+
+
+@dataclass(slots=True, frozen=True)
 class LaunchRequest:
     """How to launch the engine, beyond which engine, model and GPU: the options ``sweep`` and
     ``replay`` share. None leaves a setting at the engine's default (budgettune passes no flag
@@ -167,9 +188,7 @@ class ReplayRequest:
     max_error_rate: float | None
     request_timeout: str
     output: Path | None
-    slo_tbt: str | None
-    slo_ttft: str | None
-    percentile: float
+    slo: SloRequest
     client: ClientRequest = ClientRequest()
 
 
@@ -190,8 +209,7 @@ class SimulateRequest:
     long_prefill_token_threshold: int
     warmup: int
     goodput: bool
-    slo_tbt: str
-    slo_ttft: str
+    slo: SloRequest  # both targets given (simulate's options default them)
     output: Path | None = None
 
 
@@ -243,9 +261,7 @@ class ReportRequest:
 
     source: Path
     output: Path | None
-    slo_tbt: str | None
-    slo_ttft: str | None
-    percentile: float
+    slo: SloRequest
     compare: tuple[Path, ...]
 
 
@@ -283,7 +299,8 @@ class ServeRequest:
 _PATHS = frozenset({"trace", "profile", "output", "resume"})
 # The option groups a request may hold, by the name of their type (a field's annotation).
 _GROUPS = {
-    kind.__name__: kind for kind in (LaunchRequest, TrafficRequest, ModelRequest, ClientRequest)
+    kind.__name__: kind
+    for kind in (SloRequest, LaunchRequest, TrafficRequest, ModelRequest, ClientRequest)
 }
 
 
@@ -306,9 +323,7 @@ class SweepRequest:
     """``budgettune sweep``: the SLOs, the engine, the traffic and the search, as given.
     ``profile`` is a path or the word ``analytic``; ``resume`` a run folder to continue."""
 
-    slo_tbt: str | None
-    slo_ttft: str
-    percentile: float
+    slo: SloRequest
     engine: str
     url: str | None
     model: str | None

@@ -26,7 +26,6 @@ from budgettune.app.traffic import Traffic, build_traffic
 from budgettune.core.errors import SpecError
 from budgettune.core.hardware import GPU, HardwareFacts
 from budgettune.core.slo import SLO
-from budgettune.core.units import parse_duration_s
 from budgettune.model.stepmodel import StepModel
 from budgettune.sim.kvcache import kv_capacity_blocks
 from budgettune.sim.scheduler import SchedulerConfig
@@ -95,10 +94,12 @@ def prepare_simulation(
         claim_folder(request.output, RESULTS_FOLDER)
     budgets = parse_budgets(request.budgets)
     # Parsed even without goodput, so a typo never passes silently.
-    targets = SLO(
-        parse_duration_s(request.slo_tbt, field="slo_tbt"),
-        parse_duration_s(request.slo_ttft, field="slo_ttft"),
-    )
+    tbt_s, ttft_s = request.slo.targets_s()
+    if tbt_s is None or ttft_s is None:  # simulate's options default both
+        raise SpecError(
+            "simulate needs both SLO targets", field="slo_tbt" if tbt_s is None else "slo_ttft"
+        )
+    targets = SLO(tbt_s, ttft_s)
     traffic, start_rate = _simulation_traffic(request, warn)
     model = request.model
     gpu = gpu_of(model)

@@ -50,7 +50,7 @@ from budgettune.artifacts.sweep_options import (
 from budgettune.core.engine_defaults import DefaultBudget, default_budget_on
 from budgettune.core.errors import SpecError
 from budgettune.core.hardware import GPU, resolve_gpu
-from budgettune.core.units import parse_duration_s, parse_int_list
+from budgettune.core.units import parse_int_list
 from budgettune.engines.base import LaunchSpec
 from budgettune.engines.embedded.cli import calibration_flags
 from budgettune.loadgen.runner import RunOptions
@@ -143,7 +143,7 @@ def prepare_sweep(
     budgets = sweep_budgets(request, target, spec, client.api_key)
     plan = model_plan(request, target, spec, budgets, slot_plan, run_dir)
     settings = _settings(
-        request, target.engine, load.traffic, run_dir, plan.profiling is not None,
+        request, slos, target.engine, load.traffic, run_dir, plan.profiling is not None,
         load.synthetic, budgets.default_budget, spec.extra_args, load.request.rate,
     )  # fmt: skip
     settings.update(client.to_json())
@@ -445,7 +445,7 @@ def _sweep_config(
     return SweepConfig(
         slo_tbt_s=slos[0],
         slo_ttft_s=slos[1],
-        percentile=request.percentile,
+        percentile=request.slo.percentile,
         engine=engine,
         base_spec=spec,
         run=run_options,
@@ -534,16 +534,18 @@ def _checked_slos(request: SweepRequest) -> tuple[float, float]:
     """The SLOs in seconds (TBT, TTFT), after checking the request's own values: the TBT
     target given, the percentile, the alignment, one run folder."""
     resume = request.resume
-    if request.slo_tbt is None:
+    slo = request.slo
+    if slo.slo_tbt is None:
         raise SpecError(
             "required (the p99 time-between-tokens target, e.g. 50ms)",
             field="slo_tbt",
             hint=None if resume is None else f"{resume} saved no options; give them again",
         )
-    slo_tbt_s = parse_duration_s(request.slo_tbt, field="slo_tbt")
-    slo_ttft_s = parse_duration_s(request.slo_ttft, field="slo_ttft")
-    if not 50 <= request.percentile < 100:
-        raise SpecError(f"must be in [50, 100), got {request.percentile:g}", field="percentile")
+    slo_tbt_s, slo_ttft_s = slo.targets_s()
+    if slo_tbt_s is None or slo_ttft_s is None:
+        raise SpecError("required (the TTFT target, e.g. 1s)", field="slo_ttft")
+    if not 50 <= slo.percentile < 100:
+        raise SpecError(f"must be in [50, 100), got {slo.percentile:g}", field="percentile")
     if request.align <= 0 or request.align % 16:
         raise SpecError(
             f"must be a positive multiple of the KV block size 16, got {request.align}",
@@ -594,6 +596,7 @@ def engine_target(request: SweepRequest) -> EngineTarget:
 
 def _settings(
     request: SweepRequest,
+    slos: tuple[float, float],
     engine: str,
     traffic: Traffic,
     run_dir: Path,
@@ -608,9 +611,8 @@ def _settings(
     launch, traffic_request, profile = request.launch, request.traffic, request.profile
     trace = traffic_request.trace
     settings = {
-        "slo_tbt_s": parse_duration_s(request.slo_tbt or "", field="slo_tbt"),
-        "slo_ttft_s": parse_duration_s(request.slo_ttft, field="slo_ttft"),
-        "percentile": request.percentile, "engine": engine, "traffic": traffic.description,
+        "slo_tbt_s": slos[0], "slo_ttft_s": slos[1],
+        "percentile": request.slo.percentile, "engine": engine, "traffic": traffic.description,
         "model": request.model if engine != "sim" else request.model or DEFAULT_MODEL,
         "gpu": request.gpu if engine != "sim" else request.gpu or DEFAULT_GPU,
         "profile": str(run_dir / PROFILE_FILE) if measure_first else profile and str(profile),

@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from budgettune.app.requests import ClientRequest, LaunchRequest, ReplayRequest, TrafficRequest
+from budgettune.app.requests import (
+    ClientRequest,
+    LaunchRequest,
+    ReplayRequest,
+    SloRequest,
+    TrafficRequest,
+)
 from budgettune.cli import Command, app
 from budgettune.cli import _engine_options as eo
 from budgettune.cli._client_options import CLIENT
@@ -114,7 +120,7 @@ def replay(
         engine=engine, url=url, budget=budget, model=model, gpu=gpu, port=port, launch=launch,
         traffic=traffic, warmup=warmup, merged_chunks=merged_chunks,
         max_error_rate=max_error_rate, request_timeout=request_timeout, output=output,
-        slo_tbt=slo_tbt, slo_ttft=slo_ttft, percentile=percentile, client=client,
+        slo=SloRequest(slo_tbt, slo_ttft, percentile), client=client,
     )  # fmt: skip
     prepared = prepare_replay(
         request,

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from budgettune.app.requests import ReportRequest
+from budgettune.app.requests import ReportRequest, SloRequest
 from budgettune.cli import Command, app
 from budgettune.cli._common import console, with_profiles_option
 
@@ -71,9 +71,7 @@ def report(
     request = ReportRequest(
         source=source,
         output=output,
-        slo_tbt=slo_tbt,
-        slo_ttft=slo_ttft,
-        percentile=percentile,
+        slo=SloRequest(slo_tbt, slo_ttft, percentile),
         compare=tuple(compare or ()),
     )
     outcome = report_for(request)

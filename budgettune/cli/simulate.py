@@ -25,6 +25,7 @@ from budgettune.app.requests import (
     SWEEP_REQUESTS,
     ModelRequest,
     SimulateRequest,
+    SloRequest,
     TrafficRequest,
 )
 from budgettune.cli import Command, app
@@ -155,7 +156,7 @@ def simulate(
         max_num_seqs=max_num_seqs, gpu_memory_utilization=gpu_memory_utilization,
         block_size=block_size, block_aligned=block_aligned,
         long_prefill_token_threshold=long_prefill_token_threshold, warmup=warmup,
-        goodput=goodput, slo_tbt=slo_tbt, slo_ttft=slo_ttft, output=output,
+        goodput=goodput, slo=SloRequest(slo_tbt, slo_ttft), output=output,
     )  # fmt: skip
     prepared = prepare_simulation(request, warn=print_warning)
     report = prepared.run() if prepared.slo is None else _with_progress(prepared.run)

@@ -13,7 +13,13 @@ from typing import Annotated
 import typer
 from typer.core import _click
 
-from budgettune.app.requests import ClientRequest, LaunchRequest, SweepRequest, TrafficRequest
+from budgettune.app.requests import (
+    ClientRequest,
+    LaunchRequest,
+    SloRequest,
+    SweepRequest,
+    TrafficRequest,
+)
 from budgettune.cli import Command, app
 from budgettune.cli import _engine_options as eo
 from budgettune.cli._client_options import CLIENT
@@ -179,7 +185,7 @@ def sweep(
     )
 
     request = SweepRequest(
-        slo_tbt=slo_tbt, slo_ttft=slo_ttft, percentile=percentile, engine=engine, url=url,
+        slo=SloRequest(slo_tbt, slo_ttft, percentile), engine=engine, url=url,
         model=model, gpu=gpu, profile=profile, launch=launch, traffic=traffic, budgets=budgets,
         align=align, goodput=goodput, baseline=baseline, exhaustive=exhaustive, warmup=warmup,
         request_timeout=request_timeout, max_error_rate=max_error_rate, output=output,

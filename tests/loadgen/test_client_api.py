@@ -21,7 +21,13 @@ import pytest
 from typer.testing import CliRunner
 
 from budgettune.app.client import without_key
-from budgettune.app.requests import ClientRequest, LaunchRequest, SweepRequest, TrafficRequest
+from budgettune.app.requests import (
+    ClientRequest,
+    LaunchRequest,
+    SloRequest,
+    SweepRequest,
+    TrafficRequest,
+)
 from budgettune.artifacts.results import load_results
 from budgettune.artifacts.sweep_options import saved_options
 from budgettune.cli import app
@@ -253,7 +259,7 @@ def test_the_recorded_command_hides_the_key() -> None:
 
 def test_api_key_never_saved_with_the_sweep_options() -> None:
     request = SweepRequest(
-        slo_tbt="50ms", slo_ttft="1s", percentile=99.0, engine="sim", url=None, model=None,
+        slo=SloRequest("50ms", "1s", 99.0), engine="sim", url=None, model=None,
         gpu=None, profile=None, launch=LaunchRequest(), traffic=TrafficRequest(), budgets=None,
         align=256, goodput=False, baseline="auto", exhaustive=False, warmup=0,
         request_timeout="300s", max_error_rate=0.5,

@@ -90,10 +90,10 @@ def test_a_sweep_json_of_another_schema_is_refused(
 def test_the_request_is_what_is_saved_and_restored(tmp_path: Path) -> None:
     """sweep.json saves the SweepRequest as flat option names (the layout every sweep.json has
     used) and --resume restores the same request from them, groups and paths included."""
-    from budgettune.app.requests import LaunchRequest, SweepRequest, TrafficRequest
+    from budgettune.app.requests import LaunchRequest, SloRequest, SweepRequest, TrafficRequest
 
     request = SweepRequest(
-        slo_tbt="46ms", slo_ttft="1s", percentile=90.0, engine="sim", url=None, model=None,
+        slo=SloRequest("46ms", "1s", 90.0), engine="sim", url=None, model=None,
         gpu="h200", profile=Path("p.json"), launch=LaunchRequest(env=("A=1",), max_num_seqs=64),
         traffic=TrafficRequest(trace=tmp_path / "t.jsonl", rate=4.0), budgets="512,1024",
         align=256, goodput=False, baseline="auto", exhaustive=True, warmup=2,
@@ -119,7 +119,7 @@ def test_the_example_run_folder_reads_back_as_a_request() -> None:
     saved = read_saved_options(example)
     assert saved is not None
     request = SweepRequest.from_options(saved)
-    assert request.slo_tbt == saved["slo_tbt"] and request.engine == saved["engine"]
+    assert request.slo.slo_tbt == saved["slo_tbt"] and request.engine == saved["engine"]
     assert request.traffic.trace == Path(saved["trace"]) and request.launch.env == ()
 
 
