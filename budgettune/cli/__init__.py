@@ -272,6 +272,14 @@ def usage_error_line(error: Any, argv: Sequence[str]) -> str:
     """One line for a parser error, naming the option and the value it could not take."""
     command = error.ctx.command_path if getattr(error, "ctx", None) else "budgettune"
     see = f"(see '{command} --help')"
+    unknown = getattr(error, "option_name", None)
+    if isinstance(error, _click.exceptions.NoSuchOption) and unknown:
+        # budgettune takes no pipeline-parallel size: say why, not only that the option is unknown
+        from budgettune.engines.served import PIPELINE_REFUSED, passthrough_flag, pipeline_flag
+
+        flag = passthrough_flag(unknown)
+        if flag is not None and pipeline_flag(flag, abbreviations=True):
+            return f"{unknown}: {PIPELINE_REFUSED} {see}"
     opts = getattr(getattr(error, "param", None), "opts", None) or []
     given = _given(opts, argv) if opts and error.message else None
     value = None if given is None else given[1]

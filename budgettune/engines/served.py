@@ -81,6 +81,37 @@ def engine_log_path(run_dir: Path, spec: LaunchSpec) -> Path:
 CONFIG_FLAG = "--config"
 
 
+# Pipeline parallelism, as each engine spells it (vLLM: --pipeline-parallel-size, -pp; SGLang:
+# --pp-size and its alias --pipeline-parallel-size; trtllm-serve: --pp_size). It splits the
+# layers into stages that hand activations on, so an iteration is no longer one pass over every
+# layer: budgettune's step model, its candidates and its predictions time exactly that pass (on
+# --tensor-parallel-size GPUs at most), and would be wrong for every budget.
+PIPELINE_FLAGS = ("--pipeline-parallel-size", "-pp", "--pp-size")
+PIPELINE_REFUSED = (
+    "pipeline parallelism is not modelled: budgettune's step model times one pass over every "
+    "layer, on at most --tensor-parallel-size GPUs; measure one pipeline stage (a size of 1) or "
+    "split the model with --tensor-parallel-size"
+)
+
+
+def _pipeline_size(args: Sequence[str], index: int) -> str | None:
+    """The value given to the pipeline flag at ``args[index]`` (``--flag=N`` or ``--flag N``)."""
+    arg = args[index]
+    if "=" in arg:
+        return arg.split("=", 1)[1]
+    return args[index + 1] if index + 1 < len(args) else None
+
+
+def pipeline_flag(flag: str, *, abbreviations: bool) -> bool:
+    """Whether the engine's parser reads ``flag`` as a pipeline-parallel size: one of
+    PIPELINE_FLAGS, or (argparse) a long flag that only one of them starts with."""
+    if flag in PIPELINE_FLAGS:
+        return True
+    if not abbreviations or not flag.startswith("--") or len(flag) < 4:
+        return False
+    return len([name for name in PIPELINE_FLAGS if name.startswith(flag)]) == 1
+
+
 def check_passthrough(
     args: Sequence[str], managed: Mapping[str, str], engine: str, *, abbreviations: bool = True
 ) -> None:
@@ -93,13 +124,19 @@ def check_passthrough(
     with argparse, which expands abbreviations: ``--chunked-prefill`` is
     ``--chunked-prefill-size``). ``abbreviations`` False: the engine's parser expands none
     (click, trtllm-serve's), so a prefix is a flag of its own. ``--config`` is refused for
-    every engine. Raises UserError (field engine_arg) naming the flag, in one line.
+    every engine, and so is a pipeline-parallel size other than 1 (PIPELINE_REFUSED). Raises
+    UserError (field engine_arg) naming the flag, in one line.
     """
-    for arg in args:
+    for index, arg in enumerate(args):
         flag = passthrough_flag(arg)
         if flag is None:
             continue
         spelled = arg.split("=", 1)[0]
+        if pipeline_flag(flag, abbreviations=abbreviations):
+            if _pipeline_size(args, index) != "1":
+                raise UserError(f"{spelled} is refused for {engine}: {PIPELINE_REFUSED}",
+                                field="engine_arg")  # fmt: skip
+            continue
         if flag == CONFIG_FLAG:
             raise UserError(
                 f"{spelled} is refused for {engine}: a config file can set flags budgettune "

@@ -102,3 +102,33 @@ def test_flag_spelling_as_the_parser_reads_it() -> None:
     assert passthrough_flag("-tp") == "-tp"
     for value in ("4", "-1", "-0.5", "-", "--", "a_b"):
         assert passthrough_flag(value) is None
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "shown"),
+    [
+        (vllm_command, ("--pipeline-parallel-size", "2"), "--pipeline-parallel-size"),
+        (vllm_command, ("-pp=4",), "-pp"),
+        (vllm_command, ("--pipeline_parallel_size", "2"), "--pipeline_parallel_size"),
+        (vllm_command, ("--pipeline-parallel", "2"), "--pipeline-parallel"),  # argparse expands
+        (sglang_command, ("--pp-size", "2"), "--pp-size"),
+        (sglang_command, ("--pipeline-parallel-size=2",), "--pipeline-parallel-size"),
+    ],
+)  # fmt: skip
+def test_pipeline_parallelism_is_refused_as_not_modelled(
+    command: object, args: tuple[str, ...], shown: str
+) -> None:
+    message = refused(command, *args)
+    assert message.startswith(f"engine_arg: {shown} is refused for ")
+    assert "pipeline parallelism is not modelled" in message
+    assert "--tensor-parallel-size" in message  # what to do instead
+
+
+def test_one_pipeline_stage_is_what_budgettune_models() -> None:
+    # a size of 1 is the engines' default: passed through, nothing refused
+    spec = LaunchSpec(model="/m", extra_args=("--pipeline-parallel-size", "1", "-pp=1"))
+    words = vllm_command(spec, 1)
+    start = words.index("--pipeline-parallel-size")
+    assert words[start : start + 3] == ["--pipeline-parallel-size", "1", "-pp=1"]
+    sglang = sglang_command(LaunchSpec(model="/m", extra_args=("--pp-size", "1")), 1)
+    assert sglang[-2:] == ["--pp-size", "1"]

@@ -223,6 +223,7 @@ CASES: list[Case] = []
 
 # --- simulate --------------------------------------------------------------------------------
 SIM = ("simulate", "--requests", "20")
+PIPELINE = "pipeline parallelism is not modelled"
 CUSTOM_GPU = ("--peak-tflops", "1000", "--bandwidth-tbs", "3", "--memory-gb", "80")
 CASES += _traffic_cases("simulate", SIM, _TRACE)
 CASES += [
@@ -399,6 +400,9 @@ CASES += [
     _c("roofline", "roofline", "--overhead-ms", "nan", says="--overhead-ms"),
     _c("roofline", "roofline", "--compute-efficiency", "-0.5", says="--compute-efficiency"),
     _c("roofline", "roofline", "--tensor-parallel", "0", says="--tensor-parallel"),
+    # no command takes a pipeline-parallel size: the line says why, not only "no such option"
+    _c("roofline", "roofline", "--pipeline-parallel-size", "2", says=PIPELINE),
+    _c("simulate", *SIM, "--pp-size", "2", says=PIPELINE),
     _c("roofline", "roofline", "--gpu", "", says="--gpu"),
     _c("roofline", "roofline", "--model", "", says="--model"),
 ]

@@ -133,6 +133,8 @@ CASES += [
     _sw("--gpu-memory-utilization", "1.5", says="--gpu-memory-utilization"),
     _sw("--gpu-memory-utilization", "nan", says="--gpu-memory-utilization"),
     _sw("--tensor-parallel-size", "0", says="--tensor-parallel-size"),
+    _sw("--pipeline-parallel-size", "2", says="pipeline parallelism is not modelled"),
+    _sw("--engine-arg", "--pipeline-parallel-size=2", says="pipeline parallelism is not modelled"),
     _sw("--prefix-caching", "banana", says="--prefix-caching"),
     _sw("--gpu", "banana", says="--gpu"),
     _sw("--model", "banana", says="--model"),
@@ -352,6 +354,9 @@ CASES += [
     _c("profile", *PR, "--device", "banana", says="--device"),
     _c("profile", *PR, "--mode", "banana", says="--mode"),
     _c("profile", *PR, "--tensor-parallel", "0", says="--tensor-parallel"),
+    _c(
+        "profile", *PR, "--pipeline-parallel-size", "4", says="pipeline parallelism is not modelled"
+    ),
     _c("profile", *PR, "--compute-efficiency", "nan", says="--compute-efficiency"),
     _c("profile", *PR, "--seed", "-1", says="--seed"),
     _c("profile", "profile", "--engine", "banana", "--model", "llama-3.1-8b", says="--engine"),
