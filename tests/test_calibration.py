@@ -74,7 +74,10 @@ def test_every_preset_has_a_measured_calibration_saying_where_it_comes_from() ->
             assert f"({gpu})" in cal.source
         else:  # not covered: the nearest sibling's figures, said so
             assert SIBLINGS[gpu] in fitted_gpus()
-            assert f"{gpu} not covered, {SIBLINGS[gpu]}'s figures" in cal.source
+            assert (
+                f"{gpu} not covered, estimated from its nearest sibling, {SIBLINGS[gpu]}'s figures"
+                in cal.source
+            )
     custom = calibration_for("measured", "custom")
     assert "custom not covered" in custom.source
 

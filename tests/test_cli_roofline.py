@@ -168,3 +168,12 @@ def test_bad_input_one_line_exit_2(budgettune_cmd: list[str], args: list[str], n
     assert "Traceback" not in result.stderr
     assert result.stderr.startswith("error:")
     assert result.stderr.count("\n") <= 2  # the error line and, at most, one hint line
+
+
+def test_a_preset_without_measured_data_says_it_is_estimated() -> None:
+    covered = runner.invoke(app, ["roofline", "--gpu", "h100-sxm"])
+    estimated = runner.invoke(app, ["roofline", "--gpu", "h100-pcie"])
+    assert covered.exit_code == estimated.exit_code == 0
+    assert "estimated from its nearest sibling" not in " ".join(covered.output.split())
+    said = " ".join(estimated.output.split())
+    assert "h100-pcie not covered, estimated from its nearest sibling, h100-sxm's figures" in said

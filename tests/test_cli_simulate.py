@@ -259,6 +259,7 @@ def test_output_folder_results_and_report(tmp_path: Path) -> None:
     assert config["budgets"] == "256,none" and config["warmup"] == 10
     assert config["slo_tbt_s"] == 0.05 and config["requests_simulated"] == 300
     assert results["hardware"]["gpu"] == "h100-sxm"
+    assert "calibration measured" in config["step_model"] and "(h100-sxm)" in config["step_model"]
     for printed, stored in zip(doc["points"], results["points"], strict=True):
         assert {k: stored[k] for k in printed} == printed
         columns = stored["requests"]
@@ -284,6 +285,18 @@ def test_output_folder_results_and_report(tmp_path: Path) -> None:
     assert rebuilt.kind == "simulate"
     assert {"chart-tbt-cdf", "chart-ttft-cdf"} <= set(rebuilt.chart_ids)
     assert "p99 &lt;= 50 ms" in (tmp_path / "again.html").read_text()
+
+
+def test_a_preset_without_measured_data_is_recorded_as_estimated(tmp_path: Path) -> None:
+    # the A6000 is not in the silicon database: its figures are its nearest sibling's, and the
+    # record says so where a reader of results.json looks for the step model
+    done = runner.invoke(app, ["simulate", *SMALL, "--gpu", "a6000", "-o", str(tmp_path / "r")])
+    assert done.exit_code == 0, done.output
+    config = json.loads((tmp_path / "r" / "results.json").read_text())["config"]
+    assert (
+        "a6000 not covered, estimated from its nearest sibling, l40s's figures"
+        in (config["step_model"])
+    )
 
 
 def test_output_folder_with_a_trace_records_its_checksum(tmp_path: Path) -> None:

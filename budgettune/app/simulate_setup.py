@@ -208,6 +208,9 @@ def write_simulation(
         "requests_simulated": len(prepared.traffic.schedule),
         "slo_tbt_s": slo.tbt_s,
         "slo_ttft_s": slo.ttft_s,
+        # where the iteration times come from: the presets' calibration and its source (a GPU
+        # without measured data says it is estimated from its nearest sibling), or the profile
+        "step_model": prepared.model_label,
         "python_version": platform.python_version(),
     }
     hardware = HardwareFacts(

@@ -146,7 +146,10 @@ def _measured(gpu: str) -> Calibration:
     compute, weights, kv, sharpness, mode = _FITTED[sibling]
     source = f"{MEASURED_SOURCE} ({sibling})"
     if sibling != gpu:
-        source = f"{MEASURED_SOURCE}: {gpu} not covered, {sibling}'s figures"
+        source = (
+            f"{MEASURED_SOURCE}: {gpu} not covered, estimated from its nearest sibling, "
+            f"{sibling}'s figures"
+        )
     return Calibration(
         name="measured",
         accounting="engine",
