@@ -160,9 +160,7 @@ def build_input(
     if others and source.is_dir():  # a sweep's or a replay's folder
         raise not_a_profile
     if is_sweep_folder(source):
-        report, doc = sweep_input(source, slo=slo, report_dir=report_dir)
-        profile = sweep_profile(doc, source)
-        return report if profile is None else dataclasses.replace(report, profile=profile)
+        return _with_sweep_profile(*sweep_input(source, slo=slo, report_dir=report_dir), source)
     if source.is_dir():
         if (source / RESULTS_FILE).is_file():
             source = source / RESULTS_FILE
@@ -191,8 +189,7 @@ def build_input(
             report, sweep_doc = sweep_results_input(
                 results, source=source, slo=slo, report_dir=report_dir
             )
-            profile = sweep_profile(sweep_doc, source.parent)
-            return report if profile is None else dataclasses.replace(report, profile=profile)
+            return _with_sweep_profile(report, sweep_doc, source.parent)
         return results_input(
             results, slo=slo, source=str(source), report_dir=report_dir, results_file=source
         )
@@ -238,10 +235,13 @@ def run_report(
 def write_sweep_report(document: SweepDocument, run_dir: Path) -> Path:
     """The page of a sweep that has just run, built from its document in memory (``budgettune
     report`` of its folder rebuilds the same page from the files), into the run folder."""
-    report, doc = sweep_document_input(document, run_dir)
-    profile = sweep_profile(doc, run_dir)
-    if profile is not None:
-        report = dataclasses.replace(report, profile=profile)
+    report = _with_sweep_profile(*sweep_document_input(document, run_dir), run_dir)
     target = run_dir / REPORT_FILE
     write_report(report, target)
     return target
+
+
+def _with_sweep_profile(report: ReportInput, doc: Mapping[str, Any], run_dir: Path) -> ReportInput:
+    """A sweep's page with its profile section (:func:`sweep_profile`), when it has one."""
+    profile = sweep_profile(doc, run_dir)
+    return report if profile is None else dataclasses.replace(report, profile=profile)

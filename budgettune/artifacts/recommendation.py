@@ -257,13 +257,8 @@ def finished_document(document: Mapping[str, Any], points: Sequence[Point]) -> S
     """A sweep that has just finished, from what it holds in memory: the document it writes as
     recommendation.json (:func:`recommendation_document`) and its typed points, read by the same
     rules as the file, without the round trip through it."""
-    settings = document.get("settings")
-    return _document(
-        Fields(document, "the sweep's recommendation"),
-        tuple(points),
-        settings if isinstance(settings, Mapping) else {},
-        finished=True,
-    )
+    fields = Fields(document, "the sweep's recommendation")
+    return _document(fields, tuple(points), fields.mapping_or_none("settings") or {}, finished=True)
 
 
 def unfinished_document(settings: Mapping[str, Any], points: Sequence[Point]) -> SweepDocument:

@@ -109,7 +109,7 @@ def pipeline_flag(flag: str, *, abbreviations: bool) -> bool:
         return True
     if not abbreviations or not flag.startswith("--") or len(flag) < 4:
         return False
-    return len([name for name in PIPELINE_FLAGS if name.startswith(flag)]) == 1
+    return managed_target(flag, dict.fromkeys(PIPELINE_FLAGS, "")) is not None
 
 
 def check_passthrough(

@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,7 +102,7 @@ ENGINE_GROUP = (
 )  # fmt: skip
 
 
-def given(rows: tuple[Row, ...]) -> list[str]:
+def given(rows: Sequence[Row | OutcomeRow]) -> list[str]:
     return [word for row in rows for word in (row.option, row.value)]
 
 
@@ -233,11 +233,15 @@ class OutcomeRow:
     check: Callable[[list[dict], dict, str], bool]
 
 
+def received_requests(log: Path) -> list[dict]:
+    """Every generation request the engine received, as recorded."""
+    return [json.loads(line) for line in http_log(log).read_text().splitlines()]
+
+
 def streamed_requests(log: Path) -> list[dict]:
     """The replay's requests as the engine received them (the readiness check, one token and not
     streamed, is not one of them)."""
-    received = [json.loads(line) for line in http_log(log).read_text().splitlines()]
-    return [r for r in received if r["body"].get("stream") is True]
+    return [r for r in received_requests(log) if r["body"].get("stream") is True]
 
 
 TRAFFIC_GROUP = (
@@ -318,10 +322,6 @@ CALIBRATION_GROUP = (
 )
 
 
-def given_outcomes(rows: tuple[OutcomeRow, ...]) -> list[str]:
-    return [word for row in rows for word in (row.option, row.value)]
-
-
 def outcome_problems(rows: tuple[OutcomeRow, ...], log: Path, run_dir: Path) -> list[str]:
     requests = streamed_requests(log)
     doc = json.loads((run_dir / "recommendation.json").read_text())
@@ -331,7 +331,7 @@ def outcome_problems(rows: tuple[OutcomeRow, ...], log: Path, run_dir: Path) -> 
 
 
 OUTCOME_GROUPS = (*TRAFFIC_GROUP, *SLO_GROUP, *CALIBRATION_GROUP)
-TRAFFIC = given_outcomes(TRAFFIC_GROUP)
+TRAFFIC = given(TRAFFIC_GROUP)
 
 
 def test_sweep_carries_every_engine_option_to_the_engine_the_config_and_the_record(
@@ -343,7 +343,7 @@ def test_sweep_carries_every_engine_option_to_the_engine_the_config_and_the_reco
         "--engine-cmd", f"{sys.executable} {recording_vllm}", *given(ENGINE_GROUP),
         *client_words(CLIENT_SWEEP), "--profile", "analytic", "--gpu", "h100-sxm",
         "--budgets", "512", "--baseline", "none",
-        *given_outcomes(OUTCOME_GROUPS), "--max-replays", "1", "-o", str(run_dir),
+        *given(OUTCOME_GROUPS), "--max-replays", "1", "-o", str(run_dir),
     ], log)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     starts = recorded_starts(log)
@@ -419,7 +419,7 @@ def test_profile_carries_every_engine_option_to_the_engine_and_the_profile(
     (start,) = recorded_starts(log)
     wrong = [problem for row in PROFILE_ENGINE_GROUP for problem in check_engine_side(row, start)]
     assert not wrong, "\n".join(wrong)
-    received = [json.loads(line) for line in http_log(log).read_text().splitlines()]
+    received = received_requests(log)
     # every probe (and the readiness check) carried the key the engine demanded
     assert len(received) > 10 and all(r["keyed"] for r in received)
     assert max(len(r["body"]["prompt"]) for r in received) == 512
