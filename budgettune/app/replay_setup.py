@@ -29,7 +29,7 @@ from budgettune.app.traffic import Traffic, build_traffic, max_model_len_tokens
 from budgettune.core.errors import SpecError
 from budgettune.core.hardware import HardwareFacts, resolve_gpu, resolve_model
 from budgettune.core.limits import check_port
-from budgettune.core.slo import SLO
+from budgettune.core.slo import SLO, check_percentile
 from budgettune.engines.base import LaunchSpec
 from budgettune.loadgen.runner import MERGED_MODES, RunOptions
 
@@ -66,7 +66,8 @@ def prepare_replay(
     client = client_settings(request.client)
     if request.port is not None:
         check_port(request.port, field="port")
-    launch, url, model, gpu = request.launch, request.url, request.model, request.gpu
+    launch, url = request.launch, request.client.url
+    model, gpu = launch.model, launch.gpu
     engine = _replay_engine(request, say)
     client = client.for_engine(engine, model)
     budget_tokens, chunked = _replay_budget(request)
@@ -78,10 +79,9 @@ def prepare_replay(
     ):
         traffic_request = dataclasses.replace(traffic_request, rate=CLOSED_LOOP_DRAW_RATE_PER_S)
     traffic = build_traffic(traffic_request, default_requests=DEFAULT_REQUESTS, on_warning=warn)
-    if request.warmup >= len(traffic.schedule):
-        raise SpecError(
-            f"{request.warmup} leaves none of {len(traffic.schedule)} requests", field="warmup"
-        )
+    warmup = request.client.warmup
+    if warmup >= len(traffic.schedule):
+        raise SpecError(f"{warmup} leaves none of {len(traffic.schedule)} requests", field="warmup")
     out_dir = request.output or Path("reports") / _dt.datetime.now().strftime(
         "replay-%Y%m%d-%H%M%S"
     )
@@ -127,10 +127,10 @@ def prepare_replay(
 def _replay_run_options(request: ReplayRequest, client: ClientSettings, seed: int) -> RunOptions:
     """The client's run options, with how the replay counts merged stream chunks."""
     run = client.run_options(
-        request_timeout=request.request_timeout,
+        request_timeout=request.client.request_timeout,
         max_error_rate=request.max_error_rate,
         seed=seed,
-        warmup=request.warmup,
+        warmup=request.client.warmup,
     )
     return dataclasses.replace(run, merged_chunks=request.merged_chunks)
 
@@ -146,7 +146,8 @@ def _replay_settings(
     client: ClientSettings,
 ) -> dict[str, object]:
     """What results.json records of how the replay was asked for and run."""
-    launch, url, model, gpu = request.launch, request.url, request.model, request.gpu
+    launch, url = request.launch, request.client.url
+    model, gpu = launch.model, launch.gpu
     budget_tokens, chunked = budget
     slo_tbt_s, slo_ttft_s = slos_s
     return dict(
@@ -160,9 +161,9 @@ def _replay_settings(
         rate=t.rate, burstiness=t.burstiness, time_scale=t.time_scale, window=t.window,
         requests=t.requests, duration=t.duration, max_model_len=t.max_model_len,
         on_long=t.on_long, seed=t.seed, prompt_dist=t.prompt_dist,
-        output_dist=t.output_dist, warmup=request.warmup,
+        output_dist=t.output_dist, warmup=request.client.warmup,
         merged_chunks=request.merged_chunks, max_error_rate=request.max_error_rate,
-        request_timeout=request.request_timeout, slo_tbt_s=slo_tbt_s,
+        request_timeout=request.client.request_timeout, slo_tbt_s=slo_tbt_s,
         slo_ttft_s=slo_ttft_s, percentile=request.slo.percentile,
         python_version=platform.python_version(),
         trace_sha256=traffic.report.sha256 if traffic.report else None,
@@ -174,9 +175,9 @@ def _replay_engine(request: ReplayRequest, say: Callable[[str], None]) -> str:
     """The engine the replay runs on (``auto`` resolved, and said), its options checked: a
     server you run takes no budget, port or model; a launched real engine needs a model; the
     built-in engine's presets are refused here, before it would fail on them."""
-    url, model = request.url, request.model
-    engine, why = resolve_engine(request.engine, url, request.launch.engine_cmd)
-    if request.engine.strip().lower() == "auto" and url is None:
+    url, model = request.client.url, request.launch.model
+    engine, why = resolve_engine(request.launch.engine, url, request.launch.engine_cmd)
+    if request.launch.engine.strip().lower() == "auto" and url is None:
         say(why)
     if engine == "external":
         for field, value in (("budget", request.budget), ("port", request.port), ("model", model)):
@@ -186,7 +187,7 @@ def _replay_engine(request: ReplayRequest, say: Callable[[str], None]) -> str:
         raise SpecError(f"the {engine} engine needs a model (a folder or an id)", field="model")
     if engine == "sim":  # the launched engine would fail on them: refuse them here, at once
         resolve_model(model or DEFAULT_MODEL)
-        resolve_gpu(request.gpu or DEFAULT_GPU)
+        resolve_gpu(request.launch.gpu or DEFAULT_GPU)
     return engine
 
 
@@ -205,7 +206,8 @@ def _replay_budget(request: ReplayRequest) -> tuple[int | None, bool]:
 
 def judged_slo(tbt_s: float | None, ttft_s: float | None, percentile: float) -> SLO | None:
     """The SLOs to judge by, when at least one was given. ``SLO`` needs both targets: the one
-    not given is set to infinity, so it never fails."""
+    not given is set to infinity, so it never fails. The percentile is checked either way."""
+    check_percentile(percentile)
     if tbt_s is None and ttft_s is None:
         return None
     return SLO(

@@ -7,7 +7,6 @@ Accepts a replay's results.json (or its folder), a sweep run folder, a profile J
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from budgettune.artifacts.results import RESULTS_FILE, Results
 from budgettune.artifacts.sweep_options import OPTIONS_KEY
 from budgettune.core.errors import BudgettuneError, SpecError, UserError
 from budgettune.core.hardware import resolve_gpu, resolve_model
+from budgettune.core.slo import check_percentile
 from budgettune.model.profile import Profile, load_profile, profile_from_json
 from budgettune.model.stepmodel import StepModel
 from budgettune.report.html import write_report
@@ -204,9 +204,7 @@ def default_output(source: Path) -> Path:
 def report_for(request: ReportRequest) -> ReportOutcome:
     """The page a :class:`ReportRequest` asks for: its SLOs checked and parsed (errors name the
     field), then :func:`run_report`."""
-    percentile = request.slo.percentile
-    if not (math.isfinite(percentile) and 0 < percentile <= 100):
-        raise SpecError(f"must be in (0, 100], got {percentile:g}", field="percentile")
+    percentile = check_percentile(request.slo.percentile)
     tbt_s, ttft_s = request.slo.targets_s()
     slo = Slo(
         tbt_ms=None if tbt_s is None else tbt_s * 1e3,

@@ -139,10 +139,15 @@ class SloRequest:
 
 @dataclass(slots=True, frozen=True)
 class LaunchRequest:
-    """How to launch the engine, beyond which engine, model and GPU: the options ``sweep`` and
-    ``replay`` share. None leaves a setting at the engine's default (budgettune passes no flag
-    the user did not give, but the budget under test and what the run must set)."""
+    """The engine group, as ``sweep`` and ``replay`` take it: which engine (``auto`` decides from
+    what is installed and visible), the model and GPU preset (None: the engine's or the
+    predictions' default), and how to launch it. None leaves a setting at the engine's default
+    (budgettune passes no flag the user did not give, but the budget under test and what the
+    run must set)."""
 
+    engine: str = "auto"
+    model: str | None = None
+    gpu: str | None = None
     max_num_seqs: int | None = None
     engine_cmd: str | None = None
     env: tuple[str, ...] = ()
@@ -160,14 +165,19 @@ class ClientRequest:
     ``chat``), closed-loop ``concurrency`` (None: open loop, the schedule's times), usage in
     every chunk (``continuous_usage_stats``), the API key (never recorded, never shown), and
     what completions prompts are sent as (``prompt_form``: auto, text or ids; ``tokenizer``: a
-    model folder, a tokenizer.json or a cached model id to make text with)."""
+    model folder, a tokenizer.json or a cached model id to make text with). ``url``: a server
+    the user runs (None: the one budgettune launches); ``request_timeout``: how long a stream
+    may stall; ``warmup``: the first requests left out of the statistics."""
 
+    url: str | None = None
     endpoint: str = "completions"
     concurrency: int | None = None
     continuous_usage_stats: bool = False
     api_key: str | None = field(default=None, repr=False)
     prompt_form: str = "auto"
     tokenizer: str | None = None
+    request_timeout: str = "300s"
+    warmup: int = 0
 
 
 @dataclass(slots=True, frozen=True)
@@ -175,18 +185,12 @@ class ReplayRequest:
     """``budgettune replay``: one engine (launched for one budget, or ``url``), the traffic,
     the load generator's settings, and optional SLOs to judge the run by."""
 
-    engine: str
-    url: str | None
     budget: str | None
-    model: str | None
-    gpu: str | None
     port: int | None
     launch: LaunchRequest
     traffic: TrafficRequest
-    warmup: int
     merged_chunks: str
     max_error_rate: float | None
-    request_timeout: str
     output: Path | None
     slo: SloRequest
     client: ClientRequest = ClientRequest()
@@ -324,10 +328,6 @@ class SweepRequest:
     ``profile`` is a path or the word ``analytic``; ``resume`` a run folder to continue."""
 
     slo: SloRequest
-    engine: str
-    url: str | None
-    model: str | None
-    gpu: str | None
     profile: Path | None
     launch: LaunchRequest
     traffic: TrafficRequest
@@ -336,8 +336,6 @@ class SweepRequest:
     goodput: bool
     baseline: str
     exhaustive: bool
-    warmup: int
-    request_timeout: str
     max_error_rate: float | None
     output: Path | None = None
     resume: Path | None = None

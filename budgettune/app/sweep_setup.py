@@ -50,6 +50,7 @@ from budgettune.artifacts.sweep_options import (
 from budgettune.core.engine_defaults import DefaultBudget, default_budget_on
 from budgettune.core.errors import SpecError
 from budgettune.core.hardware import GPU, resolve_gpu
+from budgettune.core.slo import check_percentile
 from budgettune.core.units import parse_int_list
 from budgettune.engines.base import LaunchSpec
 from budgettune.engines.embedded.cli import calibration_flags
@@ -180,10 +181,10 @@ def _run_options(request: SweepRequest, client: ClientSettings) -> RunOptions:
             field="goodput",
         )
     return client.run_options(
-        request_timeout=request.request_timeout,
+        request_timeout=request.client.request_timeout,
         max_error_rate=request.max_error_rate,
         seed=request.traffic.seed,
-        warmup=request.warmup,
+        warmup=request.client.warmup,
     )
 
 
@@ -208,8 +209,9 @@ def sweep_traffic(
         asked = replace(asked, rate=DEFAULT_RATE_PER_S)
     traffic = build_traffic(asked, default_requests=DEFAULT_REQUESTS, on_warning=warn)
     count = len(traffic.schedule)
-    if request.warmup >= count:
-        raise SpecError(f"{request.warmup} leaves none of {count} requests", field="warmup")
+    warmup = request.client.warmup
+    if warmup >= count:
+        raise SpecError(f"{warmup} leaves none of {count} requests", field="warmup")
     return SweepTraffic(asked, traffic, synthetic, client.describe(traffic.description))
 
 
@@ -233,7 +235,7 @@ def sweep_launch_spec(
         engine=engine,
         model=target.model,
         gpu=target.gpu,
-        url=request.url,
+        url=request.client.url,
         max_model_len_tokens=max_model_len_tokens(traffic),
         api_key=api_key,
     )
@@ -269,8 +271,8 @@ def sweep_budgets(
     # The predictions' running-sequence limit: the user's, else the engine's own default.
     engine_seqs = spec.max_num_seqs or (defaults.max_num_seqs if defaults else None)
     if engine == "external":  # one server, one budget: the one it runs
-        assert request.url is not None
-        served = external_budget(request, baseline, request.url, api_key)
+        assert request.client.url is not None
+        served = external_budget(request, baseline, request.client.url, api_key)
         return SweepBudgets(baseline, defaults, engine_seqs, (served,), None)
     named = (
         tuple(parse_int_list(request.budgets, field="budgets"))
@@ -544,8 +546,7 @@ def _checked_slos(request: SweepRequest) -> tuple[float, float]:
     slo_tbt_s, slo_ttft_s = slo.targets_s()
     if slo_tbt_s is None or slo_ttft_s is None:
         raise SpecError("required (the TTFT target, e.g. 1s)", field="slo_ttft")
-    if not 50 <= slo.percentile < 100:
-        raise SpecError(f"must be in [50, 100), got {slo.percentile:g}", field="percentile")
+    check_percentile(slo.percentile)
     if request.align <= 0 or request.align % 16:
         raise SpecError(
             f"must be a positive multiple of the KV block size 16, got {request.align}",
@@ -574,13 +575,13 @@ def engine_target(request: SweepRequest) -> EngineTarget:
     """The engine policy: ``auto`` is vLLM with a GPU and vLLM, else sim; external needs a URL,
     vLLM and SGLang a model; the sim engine defaults to the preset model on the preset GPU; a
     real engine without a named GPU detects the card. Raises SpecError naming the field."""
-    url, resume = request.url, request.resume
-    engine, why = resolve_engine(request.engine, url, request.launch.engine_cmd)
+    url, resume = request.client.url, request.resume
+    engine, why = resolve_engine(request.launch.engine, url, request.launch.engine_cmd)
     if resume is not None and engine != "external":
         why = f"engine {engine} (as the sweep in {resume} ran)"
     if engine == "external" and url is None:
         raise SpecError("the external engine needs the server's URL", field="url")
-    model, gpu = request.model, request.gpu
+    model, gpu = request.launch.model, request.launch.gpu
     if engine == "sim":
         model, gpu = model or DEFAULT_MODEL, gpu or DEFAULT_GPU
     if engine in REAL_ENGINES and not model:
@@ -613,15 +614,15 @@ def _settings(
     settings = {
         "slo_tbt_s": slos[0], "slo_ttft_s": slos[1],
         "percentile": request.slo.percentile, "engine": engine, "traffic": traffic.description,
-        "model": request.model if engine != "sim" else request.model or DEFAULT_MODEL,
-        "gpu": request.gpu if engine != "sim" else request.gpu or DEFAULT_GPU,
+        "model": launch.model if engine != "sim" else launch.model or DEFAULT_MODEL,
+        "gpu": launch.gpu if engine != "sim" else launch.gpu or DEFAULT_GPU,
         "profile": str(run_dir / PROFILE_FILE) if measure_first else profile and str(profile),
         "budgets": request.budgets, "align": request.align,
         "max_num_seqs": launch.max_num_seqs, "engine_cmd": launch.engine_cmd,
         "engine_args": list(engine_args), "env": list(launch.env), "dtype": launch.dtype,
         "prefix_caching": launch.prefix_caching, "trace": str(trace) if trace else None,
         "rate": rate, "synthetic": synthetic, "requests": len(traffic.schedule),
-        "warmup": request.warmup, "seed": traffic_request.seed, "goodput": request.goodput,
+        "warmup": request.client.warmup, "seed": traffic_request.seed, "goodput": request.goodput,
         "exhaustive": request.exhaustive, "baseline": default_budget,
         "max_replays": request.max_replays, "parallel": request.parallel, "gpus": request.gpus,
         "ray": request.ray,

@@ -1,6 +1,7 @@
 """The load generator's options ``replay`` and ``sweep`` share (one :class:`OptionGroup` packed
-into a :class:`~budgettune.app.requests.ClientRequest`): the API, closed-loop concurrency, usage
-in every chunk, the API key and the prompts' form; ``--api-key`` alone is also ``profile``'s."""
+into a :class:`~budgettune.app.requests.ClientRequest`): the server (``--url``), the API,
+closed-loop concurrency, usage in every chunk, the API key, the prompts' form, the stall
+timeout and the warm-up; ``--api-key`` alone is also ``profile``'s."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Annotated
 import typer
 
 from budgettune.app.requests import ClientRequest
+from budgettune.cli._engine_options import Url
 from budgettune.cli._groups import OptionGroup
 
 PANEL = "Load generator"
@@ -85,14 +87,36 @@ Tokenizer = Annotated[
     ),
 ]
 
+RequestTimeout = Annotated[
+    str,
+    typer.Option(
+        "--request-timeout",
+        help="Fail a request when its stream stalls this long.",
+        rich_help_panel=PANEL,
+    ),
+]
+
+Warmup = Annotated[
+    int,
+    typer.Option(
+        "--warmup",
+        min=0,
+        help="Leave the first N requests out of the statistics.",
+        rich_help_panel=PANEL,
+    ),
+]
+
 CLIENT = OptionGroup(
     ClientRequest,
     {
+        "url": Url,
         "endpoint": Endpoint,
         "concurrency": Concurrency,
         "continuous_usage_stats": ContinuousUsage,
         "api_key": ApiKey,
         "prompt_form": PromptForm,
         "tokenizer": Tokenizer,
+        "request_timeout": RequestTimeout,
+        "warmup": Warmup,
     },
 )

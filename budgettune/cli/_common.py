@@ -12,6 +12,8 @@ from rich.markup import escape
 
 from budgettune.core.errors import BudgettuneError, EngineError, shorten
 
+# --percentile's words in every command that takes it (the rule: core.slo.check_percentile)
+PERCENTILE_HELP = "The percentile both SLOs constrain: at least 50, below 100 (e.g. 99.9)."
 MESSAGE_CHARS = 1000  # an error line is cut in its middle past this (a value echoed whole)
 
 console = Console()

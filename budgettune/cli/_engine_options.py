@@ -1,6 +1,7 @@
-"""The engine-launch options ``sweep`` and ``replay`` share (one :class:`OptionGroup` packed into
-a :class:`~budgettune.app.requests.LaunchRequest`), and the ``--engine``/``--model``/``--gpu``/
-``--url`` option types each command words for itself."""
+"""The engine group ``sweep`` and ``replay`` share (one :class:`OptionGroup` packed into a
+:class:`~budgettune.app.requests.LaunchRequest`: which engine, the model and GPU, and how to
+launch it), and the ``--engine``/``--model``/``--gpu``/``--url`` option types other commands
+word for themselves."""
 
 from __future__ import annotations
 
@@ -39,6 +40,17 @@ def gpu_option(help: str) -> Any:
     """``--gpu`` with the command's own wording (``{gpu}`` in ``help`` names the default)."""
     return typer.Option("--gpu", help=help.format(gpu=DEFAULT_GPU), rich_help_panel=PANEL)
 
+
+Engine = Annotated[
+    str,
+    typer.Option(
+        "--engine",
+        help="auto (vLLM when installed and a GPU is visible, else sim), vllm, sglang, trtllm, "
+        "sim (built in) or external (with --url).",
+        rich_help_panel=PANEL,
+    ),
+]
+Gpu = Annotated[str | None, gpu_option("GPU preset for the sim engine (default {gpu}).")]
 
 MaxNumSeqs = Annotated[
     int | None,
@@ -125,6 +137,9 @@ HealthTimeout = Annotated[
 LAUNCH = OptionGroup(
     LaunchRequest,
     {
+        "engine": Engine,
+        "model": Model,
+        "gpu": Gpu,
         "max_num_seqs": MaxNumSeqs,
         "engine_cmd": EngineCmd,
         "env": Env,

@@ -21,7 +21,13 @@ from budgettune.app.requests import (
 from budgettune.cli import Command, app
 from budgettune.cli import _engine_options as eo
 from budgettune.cli._client_options import CLIENT
-from budgettune.cli._common import console, console_err, print_json, print_warning
+from budgettune.cli._common import (
+    PERCENTILE_HELP,
+    console,
+    console_err,
+    print_json,
+    print_warning,
+)
 from budgettune.cli._groups import with_groups
 from budgettune.cli._trace_options import TRAFFIC
 from budgettune.core.units import finite_or_none, format_ms, format_ms_of
@@ -45,13 +51,8 @@ Budget = Annotated[str | None, typer.Option(
     "--budget", help="Token budget for the launched engine (vLLM --max-num-batched-tokens), "
     "e.g. 512 or 2k; 'none' = no chunking. Default: the engine's own.", rich_help_panel=eo.PANEL,
 )]  # fmt: skip
-Gpu = Annotated[str | None, eo.gpu_option("GPU preset for the sim engine (default {gpu}).")]
 Port = Annotated[int | None, typer.Option(
     "--port", help="Port for the launched engine (default: a free one).", rich_help_panel=eo.PANEL,
-)]  # fmt: skip
-Warmup = Annotated[int, typer.Option(
-    "--warmup", min=0, help="Leave the first N requests out of the statistics.",
-    rich_help_panel=RUN_PANEL,
 )]  # fmt: skip
 MergedChunks = Annotated[str, typer.Option(
     "--merged-chunks", help="A stream chunk carrying k > 1 tokens: spread its gap evenly over "
@@ -60,10 +61,6 @@ MergedChunks = Annotated[str, typer.Option(
 MaxErrorRate = Annotated[float | None, typer.Option(
     "--max-error-rate", help="Abort once more than this share (0-1) of finished requests "
     "failed (checked from 10 finished).", rich_help_panel=RUN_PANEL,
-)]  # fmt: skip
-RequestTimeout = Annotated[str, typer.Option(
-    "--request-timeout", help="Fail a request when its stream stalls this long.",
-    rich_help_panel=RUN_PANEL,
 )]  # fmt: skip
 Output = Annotated[Path | None, typer.Option(
     "--output", "-o", help="Folder for results.json, report.html and the engine log (default "
@@ -78,7 +75,7 @@ SloTtft = Annotated[str | None, typer.Option(
     rich_help_panel=SLO_PANEL,
 )]  # fmt: skip
 Percentile = Annotated[float, typer.Option(
-    "--percentile", help="Percentile the SLOs constrain (default 99).", rich_help_panel=SLO_PANEL,
+    "--percentile", help=PERCENTILE_HELP, rich_help_panel=SLO_PANEL,
 )]  # fmt: skip
 AsJson = Annotated[bool, typer.Option(
     "--json", help="Print one JSON document (a simulate point plus the self-check)."
@@ -86,24 +83,18 @@ AsJson = Annotated[bool, typer.Option(
 
 
 @app.command(cls=Command)
-@with_groups(launch=eo.LAUNCH, traffic=TRAFFIC, client=CLIENT)
+@with_groups(launch=eo.LAUNCH.worded(engine=Engine), traffic=TRAFFIC, client=CLIENT)
 def replay(
     slo_tbt: SloTbt = None,
     slo_ttft: SloTtft = None,
     percentile: Percentile = 99.0,
-    engine: Engine = "auto",
-    url: eo.Url = None,
-    budget: Budget = None,
-    model: eo.Model = None,
-    gpu: Gpu = None,
-    port: Port = None,
     launch: LaunchRequest = LaunchRequest(),  # the eo.LAUNCH options, packed by with_groups
+    budget: Budget = None,
+    port: Port = None,
     traffic: TrafficRequest = TrafficRequest(),  # the TRAFFIC options, likewise
     client: ClientRequest = ClientRequest(),  # the CLIENT options, likewise
-    warmup: Warmup = 0,
     merged_chunks: MergedChunks = "spread",
     max_error_rate: MaxErrorRate = None,
-    request_timeout: RequestTimeout = "300s",
     output: Output = None,
     as_json: AsJson = False,
 ) -> None:
@@ -117,9 +108,8 @@ def replay(
     from budgettune.app.replay_setup import prepare_replay
 
     request = ReplayRequest(
-        engine=engine, url=url, budget=budget, model=model, gpu=gpu, port=port, launch=launch,
-        traffic=traffic, warmup=warmup, merged_chunks=merged_chunks,
-        max_error_rate=max_error_rate, request_timeout=request_timeout, output=output,
+        budget=budget, port=port, launch=launch, traffic=traffic, merged_chunks=merged_chunks,
+        max_error_rate=max_error_rate, output=output,
         slo=SloRequest(slo_tbt, slo_ttft, percentile), client=client,
     )  # fmt: skip
     prepared = prepare_replay(
@@ -135,7 +125,7 @@ def replay(
     else:
         _print_summary(result, prepared.config.traffic)
         if prepared.slo is not None:
-            _print_verdict(result, prepared.slo, warmup)
+            _print_verdict(result, prepared.slo, client.warmup)
     _finish(result)
 
 

@@ -9,7 +9,7 @@ import typer
 
 from budgettune.app.requests import ReportRequest, SloRequest
 from budgettune.cli import Command, app
-from budgettune.cli._common import console, with_profiles_option
+from budgettune.cli._common import PERCENTILE_HELP, console, with_profiles_option
 
 
 @app.command(cls=Command)
@@ -52,9 +52,7 @@ def report(
     ] = None,
     percentile: Annotated[
         float,
-        typer.Option(
-            "--percentile", help="Percentile the SLOs constrain (default 99; 99.9 also works)."
-        ),
+        typer.Option("--percentile", help=PERCENTILE_HELP),
     ] = 99.0,
     compare: Annotated[
         list[Path] | None,

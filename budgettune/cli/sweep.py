@@ -23,6 +23,7 @@ from budgettune.app.requests import (
 from budgettune.cli import Command, app
 from budgettune.cli import _engine_options as eo
 from budgettune.cli._client_options import CLIENT
+from budgettune.cli._common import PERCENTILE_HELP
 from budgettune.cli._groups import with_groups
 from budgettune.cli._trace_options import TRAFFIC
 from budgettune.core.errors import UserError
@@ -42,11 +43,7 @@ SloTtft = Annotated[str, typer.Option(
     "--slo-ttft", help="p99 time-to-first-token target.", rich_help_panel=SLO_PANEL
 )]  # fmt: skip
 Percentile = Annotated[float, typer.Option(
-    "--percentile", help="The percentile both SLOs constrain, 50-100.", rich_help_panel=SLO_PANEL,
-)]  # fmt: skip
-Engine = Annotated[str, typer.Option(
-    "--engine", help="auto (vLLM when installed and a GPU is visible, else sim), vllm, sglang, "
-    "trtllm, sim (built in) or external (with --url).", rich_help_panel=eo.PANEL,
+    "--percentile", help=PERCENTILE_HELP, rich_help_panel=SLO_PANEL,
 )]  # fmt: skip
 Gpu = Annotated[
     str | None, eo.gpu_option("GPU preset for predictions and the sim engine (default {gpu}).")
@@ -136,19 +133,19 @@ AsJson = Annotated[bool, typer.Option("--json", help="Print recommendation.json 
 
 
 @app.command(cls=Command)
-@with_groups(launch=eo.LAUNCH, traffic=TRAFFIC, client=CLIENT)
+@with_groups(
+    launch=eo.LAUNCH.worded(gpu=Gpu),
+    traffic=TRAFFIC,
+    client=CLIENT.worded(request_timeout=RequestTimeout, warmup=Warmup),
+)
 def sweep(
     ctx: typer.Context,
     slo_tbt: SloTbt = None,
     slo_ttft: SloTtft = "1s",
     percentile: Percentile = 99.0,
-    engine: Engine = "auto",
-    url: eo.Url = None,
-    model: eo.Model = None,
-    gpu: Gpu = None,
+    launch: LaunchRequest = LaunchRequest(),  # the eo.LAUNCH options, packed by with_groups
     profile: Profile = None,
     calibration: Calibration = DEFAULT_CALIBRATION,
-    launch: LaunchRequest = LaunchRequest(),  # the eo.LAUNCH options, packed by with_groups
     traffic: TrafficRequest = TrafficRequest(),  # the TRAFFIC options, likewise
     client: ClientRequest = ClientRequest(),  # the CLIENT options, likewise
     budgets: Budgets = None,
@@ -160,8 +157,6 @@ def sweep(
     parallel: Parallel = None,
     gpus: Gpus = None,
     ray: Ray = None,
-    warmup: Warmup = 0,
-    request_timeout: RequestTimeout = "300s",
     max_error_rate: MaxErrorRate = 0.5,
     output: Output = None,
     resume: Resume = None,
@@ -185,10 +180,9 @@ def sweep(
     )
 
     request = SweepRequest(
-        slo=SloRequest(slo_tbt, slo_ttft, percentile), engine=engine, url=url,
-        model=model, gpu=gpu, profile=profile, launch=launch, traffic=traffic, budgets=budgets,
-        align=align, goodput=goodput, baseline=baseline, exhaustive=exhaustive, warmup=warmup,
-        request_timeout=request_timeout, max_error_rate=max_error_rate, output=output,
+        slo=SloRequest(slo_tbt, slo_ttft, percentile), profile=profile, launch=launch,
+        traffic=traffic, budgets=budgets, align=align, goodput=goodput, baseline=baseline,
+        exhaustive=exhaustive, max_error_rate=max_error_rate, output=output,
         resume=resume, client=client, max_replays=max_replays, parallel=parallel, gpus=gpus,
         ray=ray, calibration=calibration,
     )  # fmt: skip

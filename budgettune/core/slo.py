@@ -10,6 +10,16 @@ from budgettune.core.errors import SpecError
 from budgettune.core.metrics import MetricsSummary
 
 
+def check_percentile(percentile: float) -> float:
+    """The percentile an SLO may constrain, one rule for every command: at least 50 and below
+    100. Below the median it is no latency target (half the requests may miss it); 100, the
+    maximum, is one request's luck, and no sample size gives it a confidence interval (the
+    order-statistic interval needs ranks above it). Raises SpecError naming ``percentile``."""
+    if not (math.isfinite(percentile) and 50 <= percentile < 100):
+        raise SpecError(f"must be in [50, 100), got {percentile:g}", field="percentile")
+    return percentile
+
+
 @dataclass(frozen=True, slots=True)
 class SLO:
     """Latency targets in seconds, checked at ``percentile`` (99 unless ``--percentile``)."""
@@ -23,8 +33,7 @@ class SLO:
             raise SpecError(f"must be positive, got {self.tbt_s!r} s", field="slo_tbt")
         if not self.ttft_s > 0:
             raise SpecError(f"must be positive, got {self.ttft_s!r} s", field="slo_ttft")
-        if not 0 < self.percentile < 100:
-            raise SpecError(f"must be in (0, 100), got {self.percentile!r}", field="percentile")
+        check_percentile(self.percentile)
 
     def judge(self, summary: MetricsSummary) -> Judgement:
         """TBT and TTFT at the percentile and whether each is within target (nan, i.e. no

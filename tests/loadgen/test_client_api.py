@@ -259,10 +259,9 @@ def test_the_recorded_command_hides_the_key() -> None:
 
 def test_api_key_never_saved_with_the_sweep_options() -> None:
     request = SweepRequest(
-        slo=SloRequest("50ms", "1s", 99.0), engine="sim", url=None, model=None,
-        gpu=None, profile=None, launch=LaunchRequest(), traffic=TrafficRequest(), budgets=None,
-        align=256, goodput=False, baseline="auto", exhaustive=False, warmup=0,
-        request_timeout="300s", max_error_rate=0.5,
+        slo=SloRequest("50ms", "1s", 99.0), profile=None, launch=LaunchRequest(engine="sim"),
+        traffic=TrafficRequest(), budgets=None, align=256, goodput=False, baseline="auto",
+        exhaustive=False, max_error_rate=0.5,
         client=ClientRequest(endpoint="chat", concurrency=4, api_key=KEY),
     )  # fmt: skip
     assert KEY not in repr(request)

@@ -90,14 +90,20 @@ def test_a_sweep_json_of_another_schema_is_refused(
 def test_the_request_is_what_is_saved_and_restored(tmp_path: Path) -> None:
     """sweep.json saves the SweepRequest as flat option names (the layout every sweep.json has
     used) and --resume restores the same request from them, groups and paths included."""
-    from budgettune.app.requests import LaunchRequest, SloRequest, SweepRequest, TrafficRequest
+    from budgettune.app.requests import (
+        ClientRequest,
+        LaunchRequest,
+        SloRequest,
+        SweepRequest,
+        TrafficRequest,
+    )
 
     request = SweepRequest(
-        slo=SloRequest("46ms", "1s", 90.0), engine="sim", url=None, model=None,
-        gpu="h200", profile=Path("p.json"), launch=LaunchRequest(env=("A=1",), max_num_seqs=64),
+        slo=SloRequest("46ms", "1s", 90.0), profile=Path("p.json"),
+        launch=LaunchRequest(engine="sim", gpu="h200", env=("A=1",), max_num_seqs=64),
         traffic=TrafficRequest(trace=tmp_path / "t.jsonl", rate=4.0), budgets="512,1024",
-        align=256, goodput=False, baseline="auto", exhaustive=True, warmup=2,
-        request_timeout="300s", max_error_rate=0.5, output=tmp_path / "run",
+        align=256, goodput=False, baseline="auto", exhaustive=True,
+        max_error_rate=0.5, output=tmp_path / "run", client=ClientRequest(warmup=2),
     )  # fmt: skip
     run_dir = saved_folder(tmp_path, request.options())
     saved = read_saved_options(run_dir)
@@ -119,7 +125,7 @@ def test_the_example_run_folder_reads_back_as_a_request() -> None:
     saved = read_saved_options(example)
     assert saved is not None
     request = SweepRequest.from_options(saved)
-    assert request.slo.slo_tbt == saved["slo_tbt"] and request.engine == saved["engine"]
+    assert request.slo.slo_tbt == saved["slo_tbt"] and request.launch.engine == saved["engine"]
     assert request.traffic.trace == Path(saved["trace"]) and request.launch.env == ()
 
 
