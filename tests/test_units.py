@@ -61,11 +61,18 @@ def test_tokens_and_lists() -> None:
         parse_int_list("0", field="--budgets")
 
 
-def test_format_ms() -> None:
-    assert format_ms(0.0312) == "31.2 ms"
-    assert format_ms(0.5) == "500 ms"
-    assert format_ms(12.0) == "12.0 s"
-    assert format_ms(float("inf")) == "-"
+def test_format_ms_is_the_one_duration_format() -> None:
+    assert format_ms(31.24) == "31.2 ms"
+    assert format_ms(500.4) == "500 ms"
+    assert format_ms(1000.0) == "1.00 s" and format_ms(1534.0) == "1.53 s"
+    assert format_ms(12_000.0) == "12.0 s" and format_ms(123_456.0) == "123 s"
+    assert format_ms(float("inf")) == "inf (failures)"
+    assert format_ms(None) == format_ms(float("nan")) == "-"
+    assert format_ms(None, missing="failed requests") == "failed requests"
+    # a table cell under an "ms" header: the same digits, no unit, milliseconds throughout
+    assert format_ms(31.24, unit=False) == "31.2"
+    assert format_ms(1534.0, unit=False) == "1,534"
+    assert format_ms(float("inf"), unit=False) == "inf"
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ from rich.progress import (
 from rich.table import Table
 
 from budgettune.cli._common import console, console_err
-from budgettune.core.units import format_ms, format_ms_cell, format_ms_of
+from budgettune.core.units import format_ms
 from budgettune.engines.base import EngineHandle, StartProgress
 from budgettune.loadgen.selfcheck import prompt_length_sentence
 from budgettune.tune.select import interval_text, rate_text
@@ -150,7 +150,7 @@ def _point_line(point: Point, config: SweepConfig) -> str:
     p = f"p{config.percentile:g}"
 
     def figure(value_ms: float | None, interval: tuple[float | None, float | None] | None) -> str:
-        return format_ms_of(value_ms) + (
+        return format_ms(value_ms) + (
             f" [{interval_text(interval)}]" if interval is not None else ""
         )
 
@@ -175,9 +175,8 @@ def _interval_cell(interval: tuple[float | None, float | None] | None) -> str:
     if interval is None:
         return ""
     low, high = interval
-    low_text = "-" if low is None else format_ms_cell(low)
-    high_text = "inf" if high is None else format_ms_cell(high)
-    return f" [{low_text}-{high_text}]"
+    high_text = "inf" if high is None else format_ms(high, unit=False)
+    return f" [{format_ms(low, unit=False)}-{high_text}]"
 
 
 def _goodput_cell(point: Point) -> str:
@@ -196,7 +195,7 @@ def print_result(result: SweepResult, config: SweepConfig) -> None:
     )
     table = Table(
         title=f"{p} at {load}, measured / predicted, 95% interval below (SLO TBT (ITL) <= "
-        f"{format_ms(config.slo_tbt_s)}, TTFT <= {format_ms(config.slo_ttft_s)})",
+        f"{format_ms(config.slo_tbt_s * 1e3)}, TTFT <= {format_ms(config.slo_ttft_s * 1e3)})",
         box=box.SIMPLE_HEAD,
     )
     columns = ["budget", "TBT ms", "TTFT ms", "tok/s", "failed", "verdict"]
@@ -211,8 +210,8 @@ def print_result(result: SweepResult, config: SweepConfig) -> None:
     for budget in sorted(shown):
         prediction = result.predictions.get(budget)
         point = measured.get(budget)
-        pred_tbt = format_ms_cell(prediction.tbt_s * 1e3) if prediction else "-"
-        pred_ttft = format_ms_cell(prediction.ttft_s * 1e3) if prediction else "-"
+        pred_tbt = format_ms(prediction.tbt_s * 1e3, unit=False) if prediction else "-"
+        pred_ttft = format_ms(prediction.ttft_s * 1e3, unit=False) if prediction else "-"
         label = str(budget) + (" (default)" if budget == config.default_budget else "")
         if point is None or not point.is_measured or point.measured is None:
             status = "[dim]not run[/dim]" if point is None else f"[red]{point.status.value}[/red]"
@@ -228,10 +227,11 @@ def print_result(result: SweepResult, config: SweepConfig) -> None:
             marks.append(f"x{point.replays}")
         if marks:
             verdict += "\n" + " ".join(marks)
+        tbt, ttft = format_ms(point.tbt_ms, unit=False), format_ms(point.ttft_ms, unit=False)
         table.add_row(
             label,
-            f"{format_ms_cell(point.tbt_ms)} / {pred_tbt}{_interval_cell(point.tbt_ci_ms)}",
-            f"{format_ms_cell(point.ttft_ms)} / {pred_ttft}{_interval_cell(point.ttft_ci_ms)}",
+            f"{tbt} / {pred_tbt}{_interval_cell(point.tbt_ci_ms)}",
+            f"{ttft} / {pred_ttft}{_interval_cell(point.ttft_ci_ms)}",
             f"{summary.throughput_tokens_per_s or 0:,.0f}",
             str(summary.failed),
             verdict,

@@ -381,9 +381,10 @@ def _print_ridge(outcome: ProfileOutcome) -> None:
                 f"{summary.model_ridge_tokens:.0f} tokens (the fitted model: compute equals the "
                 "weight read)",
             )
+        intercept = format_ms(ridge.linear_intercept_s * 1e3)
         table.add_row(
             "linear fit",
-            f"{format_ms(ridge.linear_intercept_s)} + {ridge.linear_slope_s_per_token * 1e6:.3g} "
+            f"{intercept} + {ridge.linear_slope_s_per_token * 1e6:.3g} "
             f"µs/token (median error {ridge.linear_median_rel_error:.1%})",
         )
         for name, ratio in ridge.tile_ratios.items():
@@ -418,8 +419,8 @@ def _print_step_model(p: Profile) -> None:
     ):
         value: float = kv_bw if key == "kv_bytes_per_s" else getattr(step, key)
         ref = preset.get(key)
-        text = format_ms(value) if unit == "s" else _si(value, unit)
-        ref_text = "-" if ref is None else (format_ms(ref) if unit == "s" else _si(ref, unit))
+        text = format_ms(value * 1e3) if unit == "s" else _si(value, unit)
+        ref_text = "-" if ref is None else (format_ms(ref * 1e3) if unit == "s" else _si(ref, unit))
         share = "-" if not ref else f"{value / ref:.2f}"
         fit.add_row(name, text, ref_text, share)
     sharpness = "hard max" if step.sharpness is None else f"p = {step.sharpness:.3g}"
@@ -428,7 +429,10 @@ def _print_step_model(p: Profile) -> None:
         per_token_us = (step.request_overhead_s_per_token or 0.0) * 1e6
         per_token = f" + {per_token_us:.2g} µs/token" if per_token_us >= 0.005 else ""
         fit.add_row(
-            "request overhead (TTFT)", f"{format_ms(step.request_overhead_s)}{per_token}", "-", "-"
+            "request overhead (TTFT)",
+            f"{format_ms(step.request_overhead_s * 1e3)}{per_token}",
+            "-",
+            "-",
         )
     console.print(fit)
 
@@ -473,5 +477,5 @@ def _print_budgets(summary: BudgetSummary) -> None:
     budgets.add_column("TBT target")
     budgets.add_column("budget (tokens)")
     for target, budget in summary.tbt_budgets:
-        budgets.add_row(format_ms(target), "unreachable" if budget is None else str(budget))
+        budgets.add_row(format_ms(target * 1e3), "unreachable" if budget is None else str(budget))
     console.print(budgets)

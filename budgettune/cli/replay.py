@@ -30,7 +30,7 @@ from budgettune.cli._common import (
 )
 from budgettune.cli._groups import with_groups
 from budgettune.cli._trace_options import TRAFFIC
-from budgettune.core.units import finite_or_none, format_ms, format_ms_of
+from budgettune.core.units import finite_or_none, format_ms
 
 if TYPE_CHECKING:  # the live runner and the replay pipeline load when the command runs
     from budgettune.app.replay import ReplayConfig, ReplayResult
@@ -143,10 +143,10 @@ def _print_verdict(result: ReplayResult, slo: SLO, warmup: int) -> None:
     ):
         if math.isinf(limit_s):
             continue
-        shown = "failed requests" if math.isinf(value_s) else format_ms(value_s)
+        shown = "failed requests" if math.isinf(value_s) else format_ms(value_s * 1e3)
         mark = "[green]pass[/green]" if ok else "[bold red]FAIL[/bold red]"
         console.print(
-            f"p{slo.percentile:g} {name} {shown} vs SLO {format_ms(limit_s)}: {mark}",
+            f"p{slo.percentile:g} {name} {shown} vs SLO {format_ms(limit_s * 1e3)}: {mark}",
             highlight=False,
         )
 
@@ -207,7 +207,7 @@ def _run_with_progress(config: ReplayConfig, schedule: Any, total: int) -> Repla
 def _lag_cell(value_ms: float | None) -> str:
     """A send lag: hundredths of a millisecond below 10 ms (it is often well under 1 ms)."""
     if value_ms is None or value_ms >= 10:
-        return format_ms_of(value_ms)
+        return format_ms(value_ms)
     return f"{value_ms:.2f} ms"
 
 
@@ -228,8 +228,8 @@ def _print_summary(result: ReplayResult, traffic: str) -> None:
         table.add_column(column, justify="right")
     for name, values in (("TTFT", summary.ttft_s), ("TBT (ITL)", summary.tbt_s),
                          ("TPOT", summary.tpot_s), ("E2E", summary.e2e_s)):  # fmt: skip
-        table.add_row(name, *(format_ms(v) for v in (values.p50, values.p90, values.p99,
-                                                      values.p999, values.max)))  # fmt: skip
+        table.add_row(name, *(format_ms(v * 1e3) for v in (values.p50, values.p90, values.p99,
+                                                            values.p999, values.max)))  # fmt: skip
     console.print(table)
     throughput = finite_or_none(summary.throughput_tokens_per_s)
     console.print(
@@ -267,12 +267,12 @@ def _print_summary(result: ReplayResult, traffic: str) -> None:
                                       (server.itl, summary.tbt_s, "ITL")):  # fmt: skip
             if figure is not None:
                 parts.append(
-                    f"{label} p50 {format_ms_of(figure.p50_ms)} / "
-                    f"p99 {format_ms_of(figure.p99_ms)} "
-                    f"(client {format_ms(client.p50)} / {format_ms(client.p99)})"
+                    f"{label} p50 {format_ms(figure.p50_ms)} / "
+                    f"p99 {format_ms(figure.p99_ms)} "
+                    f"(client {format_ms(client.p50 * 1e3)} / {format_ms(client.p99 * 1e3)})"
                 )
         if server.loop_lateness is not None:
-            parts.append(f"engine loop lateness p99 {format_ms_of(server.loop_lateness.p99_ms)}")
+            parts.append(f"engine loop lateness p99 {format_ms(server.loop_lateness.p99_ms)}")
         console.print("server /metrics (bucket estimates): " + "; ".join(parts), highlight=False)
     if result.results_file is not None:
         console.print(f"results: {result.results_file}", highlight=False)

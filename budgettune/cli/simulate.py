@@ -33,7 +33,7 @@ from budgettune.cli import _model_options as mo
 from budgettune.cli import _trace_options as to
 from budgettune.cli._common import console, console_err, print_json, print_warning
 from budgettune.cli._groups import with_groups
-from budgettune.core.units import format_ms_cell
+from budgettune.core.units import format_ms
 from budgettune.sim.kvcache import DEFAULT_BLOCK_SIZE, DEFAULT_GPU_MEMORY_UTILIZATION
 
 if TYPE_CHECKING:  # rich's tables and progress load when the command prints them
@@ -274,12 +274,12 @@ def _table(report: SimulateReport, slo: SLO | None, ridge_tokens: float) -> Tabl
             label = f"[red]{label}*[/red]"  # below the ridge: memory-bound chunks
         row = [
             label,
-            _ms(s.ttft_s.p50),
-            _ms(s.ttft_s.p99, slo.ttft_s if slo else None),
-            _ms(s.tbt_s.p50),
-            _ms(s.tbt_s.p99, slo.tbt_s if slo else None),
-            _ms(s.tbt_s.max),
-            _ms(s.tpot_s.p50),
+            _cell_against(s.ttft_s.p50),
+            _cell_against(s.ttft_s.p99, slo.ttft_s if slo else None),
+            _cell_against(s.tbt_s.p50),
+            _cell_against(s.tbt_s.p99, slo.tbt_s if slo else None),
+            _cell_against(s.tbt_s.max),
+            _cell_against(s.tpot_s.p50),
             f"{s.e2e_s.p99:.1f}" if math.isfinite(s.e2e_s.p99) else "-",
             f"{s.throughput_tokens_per_s:,.0f}",
         ]
@@ -296,11 +296,12 @@ def _table(report: SimulateReport, slo: SLO | None, ridge_tokens: float) -> Tabl
     return table
 
 
-def _ms(seconds: float, target_s: float | None = None) -> str:
-    """Milliseconds with 3 significant figures; green/red against a target when given."""
+def _cell_against(seconds: float, target_s: float | None = None) -> str:
+    """A table cell in milliseconds (the one duration format); green/red against a target when
+    given."""
     if not math.isfinite(seconds):
         return "-"
-    text = format_ms_cell(seconds * 1e3)
+    text = format_ms(seconds * 1e3, unit=False)
     if target_s is None:
         return text
     colour = "green" if seconds <= target_s else "red"

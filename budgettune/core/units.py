@@ -155,42 +155,22 @@ def parse_int_list(text: str, *, field: str, maximum: int = MAX_TOKENS) -> list[
     return out
 
 
-def format_ms(seconds: float) -> str:
-    """Seconds to a short millisecond or second string for tables: 0.0312 -> '31.2 ms'."""
-    if not math.isfinite(seconds):
-        return "-"
-    ms = seconds * 1e3
-    if ms >= 10_000:
-        return f"{seconds:.1f} s"
-    if ms >= 100:
-        return f"{ms:.0f} ms"
-    return f"{ms:.1f} ms"
-
-
-def format_ms_of(value_ms: float | None, missing: str = "-") -> str:
-    """:func:`format_ms` for a figure already in milliseconds; ``missing`` where there is none
-    (a point with failed requests has no p99)."""
-    return missing if value_ms is None else format_ms(value_ms / 1e3)
-
-
-def format_ms_3sig(value_ms: float | None) -> str:
-    """Milliseconds to three significant digits, for the report's pages: 31.2 -> '31.2 ms',
-    1530 -> '1.53 s', +inf -> 'inf (failures)', None or nan -> '-'."""
+def format_ms(value_ms: float | None, *, missing: str = "-", unit: bool = True) -> str:
+    """A duration in milliseconds as budgettune shows it everywhere (console tables, verdicts,
+    report pages): one decimal below 100 ms ("31.2 ms"), whole milliseconds to 1 s ("512 ms"),
+    then seconds to three figures ("1.53 s", "12.3 s", as TTFT targets are written).
+    ``unit=False``: the bare number for a cell under an "ms" header ("31.2", "1,530"). ``missing``
+    where there is no figure (None, nan); +inf is a failed request's ("inf (failures)")."""
     if value_ms is None or math.isnan(value_ms):
-        return "-"
+        return missing
     if math.isinf(value_ms):
-        return "inf (failures)"
-    if value_ms >= 1000:
-        return f"{value_ms / 1000:.3g} s"
-    return f"{value_ms:.3g} ms"
-
-
-def format_ms_cell(value_ms: float | None) -> str:
-    """Milliseconds as a bare table cell under an "ms" header: "1,234" from 100 ms up, else one
-    decimal ("12.3"); "-" for None or nan (no figure)."""
-    if value_ms is None or value_ms != value_ms:
-        return "-"
-    return f"{value_ms:,.0f}" if value_ms >= 100 else f"{value_ms:.1f}"
+        return "inf (failures)" if unit else "inf"
+    if unit and abs(value_ms) >= 1000:
+        seconds = value_ms / 1e3
+        decimals = 2 if abs(seconds) < 10 else 1 if abs(seconds) < 100 else 0
+        return f"{seconds:,.{decimals}f} s"
+    digits = f"{value_ms:,.0f}" if abs(value_ms) >= 100 else f"{value_ms:.1f}"
+    return f"{digits} ms" if unit else digits
 
 
 def finite_or_none(value: float | None, *, digits: int | None = None) -> float | None:

@@ -13,7 +13,7 @@ import numpy.typing as npt
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from budgettune.core.units import format_ms_3sig
+from budgettune.core.units import format_ms
 from budgettune.report.charts import (
     FAIL_COLOR,
     MEASURED_COLOR,
@@ -241,7 +241,7 @@ def timeline_chart(timeline: TimelineInput) -> Chart | None:
                 y=marks.stall_y,
                 mode="lines",
                 line={"color": FAIL_COLOR, "width": 3},
-                name=f"gap above the TBT SLO ({format_ms_3sig(timeline.slo_tbt_ms)})",
+                name=f"gap above the TBT SLO ({format_ms(timeline.slo_tbt_ms)})",
                 hoverinfo="skip",
             )
         )
@@ -271,7 +271,7 @@ def timeline_chart(timeline: TimelineInput) -> Chart | None:
     stall_t, stall_gap = _worst_gap(timeline.requests)
     caption = (
         f"{len(chosen)} of {len(timeline.requests)} requests, {high - low:.3g} s around the "
-        f"longest gap between two tokens ({format_ms_3sig(stall_gap * 1e3)} ending at "
+        f"longest gap between two tokens ({format_ms(stall_gap * 1e3)} ending at "
         f"{stall_t:.3g} s). "
         "Each dot is a token; a vertical white band across many rows is a stall: an iteration "
         "that carried a large prefill chunk."

@@ -12,7 +12,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 
-from budgettune.core.units import format_ms_3sig
+from budgettune.core.units import format_ms
 from budgettune.report.charts import (
     FAIL_COLOR,
     FEASIBLE_FILL,
@@ -114,10 +114,10 @@ def latency_vs_budget_chart(sweep: SweepInput, metric: str) -> Chart:
     else:
         fig.update_yaxes(rangemode="tozero")
     if slo is not None:
-        hline(fig, slo, f"{name} SLO {format_ms_3sig(slo)}", SLO_COLOR)
+        hline(fig, slo, f"{name} SLO {format_ms(slo)}", SLO_COLOR)
     none_value = _no_chunking_value(sweep, metric)
     if none_value is not None and math.isfinite(none_value):
-        hline(fig, none_value, f"no chunking: {format_ms_3sig(none_value)}", NEUTRAL_COLOR, "dot")
+        hline(fig, none_value, f"no chunking: {format_ms(none_value)}", NEUTRAL_COLOR, "dot")
     _budget_marks(fig, sweep)
     _engine_failures(fig, points)
     chart_id = f"chart-{metric}-vs-budget"
@@ -233,11 +233,11 @@ def _measured_text(
     value: float | None, interval: tuple[float | None, float | None] | None, point: BudgetPoint
 ) -> str:
     """The hover text of a measured marker: its figure, interval, confidence and replays."""
-    text = f"{format_ms_3sig(value)} measured"
+    text = f"{format_ms(value)} measured"
     if interval is not None:
         low, high = interval
-        text += f", 95% interval {format_ms_3sig(low)} to " + (
-            "unbounded" if high is None else format_ms_3sig(high)
+        text += f", 95% interval {format_ms(low)} to " + (
+            "unbounded" if high is None else format_ms(high)
         )
     if point.confidence is not None:
         text += f" ({point.confidence}"
@@ -285,11 +285,11 @@ def _latency_caption(
     if slo is not None and values:
         crossing = slo_crossing(budgets, values, slo)
         if crossing is not None:
-            text += f" The SLO line ({format_ms_3sig(slo)}) is crossed near {crossing:.0f} tokens."
+            text += f" The SLO line ({format_ms(slo)}) is crossed near {crossing:.0f} tokens."
         elif all(v is not None and v <= slo for v in values):
-            text += f" Every budget shown meets the SLO ({format_ms_3sig(slo)})."
+            text += f" Every budget shown meets the SLO ({format_ms(slo)})."
         elif all(v is None or v > slo for v in values):
-            text += f" No budget shown meets the SLO ({format_ms_3sig(slo)})."
+            text += f" No budget shown meets the SLO ({format_ms(slo)})."
     pairs = [
         (m, p)
         for m, p in zip(measured, predicted, strict=True)
@@ -444,7 +444,7 @@ def cdf_chart(sweep: SweepInput, metric: str) -> Chart | None:
     if tail > 0:
         hline(fig, tail, f"{pct_name(sweep.percentile)} ({tail:.2g} above)", NEUTRAL_COLOR, "dot")
     if slo is not None:
-        vline(fig, slo, f"SLO {format_ms_3sig(slo)}", SLO_COLOR, "dash")
+        vline(fig, slo, f"SLO {format_ms(slo)}", SLO_COLOR, "dash")
     unit = "gap between two tokens of one request" if metric == "tbt" else "request"
     caption = (
         f"Each line is one budget, one sample per {unit}, drawn as its tail: the share of "

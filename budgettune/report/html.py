@@ -16,7 +16,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from budgettune.core.files import check_overwrite, make_folder, write_atomic
-from budgettune.core.units import format_ms_3sig
+from budgettune.core.units import format_ms
 from budgettune.report.charts import Chart, profile_chart
 from budgettune.report.charts_run import arrival_rate_chart, timeline_chart, workload_lengths_chart
 from budgettune.report.charts_sweep import (
@@ -105,7 +105,7 @@ def _verdict_html(verdict: Verdict) -> str:
                 if check.passed
                 else '<span class="fail">fail</span>'
             )
-            value, limit = format_ms_3sig(check.value_ms), format_ms_3sig(check.limit_ms)
+            value, limit = format_ms(check.value_ms), format_ms(check.limit_ms)
             parts.append(
                 f'<tr><td>{_e(check.name)}</td><td class="num">{_e(value)}</td>'
                 f'<td class="num">{_e(limit)}</td><td>{mark}</td></tr>'
@@ -122,17 +122,14 @@ def _verdict_html(verdict: Verdict) -> str:
     return "\n".join(parts)
 
 
-def _ms_text(value: float | None) -> str | None:
-    return None if value is None else format_ms_3sig(value)
-
-
 def _sweep_table(sweep: SweepInput) -> str:
     """One row per budget; columns with no value at any budget are left out."""
     pct_value = sweep.percentile
     pct = f"p{pct_value:g}"
 
     def at(summary: Percentiles | None) -> str | None:
-        return None if summary is None else _ms_text(summary.at(pct_value))
+        value = None if summary is None else summary.at(pct_value)
+        return None if value is None else format_ms(value)
 
     def verdict(p: BudgetPoint) -> str | None:
         return None if p.passed is None else ("pass" if p.passed else "fail")
@@ -141,7 +138,7 @@ def _sweep_table(sweep: SweepInput) -> str:
         if value is None:
             return None
         low, high = value
-        return f"{_ms_text(low) or '-'} to {'unbounded' if high is None else _ms_text(high)}"
+        return f"{format_ms(low)} to {'unbounded' if high is None else format_ms(high)}"
 
     def confidence(p: BudgetPoint) -> str | None:
         if p.confidence is None:

@@ -24,7 +24,7 @@ from budgettune.core import jsonio, metrics
 from budgettune.core.errors import UserError
 from budgettune.core.records import RequestRecord
 from budgettune.core.slo import SLO
-from budgettune.core.units import format_ms_3sig
+from budgettune.core.units import format_ms
 from budgettune.loadgen.selfcheck import PROMPT_FORM_WORDS, prompts_text
 from budgettune.report.inputs import (
     BudgetPoint,
@@ -561,7 +561,7 @@ def results_input(
     pct = f"p{slo.percentile:g}"
     headline = (
         f"One measurement at budget {first.label}: {pct} TBT "
-        f"{format_ms_3sig(tbt99)}, {pct} TTFT {format_ms_3sig(ttft99)}"
+        f"{format_ms(tbt99)}, {pct} TTFT {format_ms(ttft99)}"
     )
     verdict = Verdict(
         headline=headline,

@@ -92,8 +92,9 @@ def interval_ms(interval: QuantileInterval) -> tuple[float | None, float | None]
     requests); None when there was no sample."""
     if interval.samples == 0:
         return None
-    return _ms(interval.low_s), _ms(interval.high_s)
+    return _rounded_ms(interval.low_s), _rounded_ms(interval.high_s)
 
 
-def _ms(value_s: float) -> float | None:
+def _rounded_ms(value_s: float) -> float | None:
+    """A JSON figure in milliseconds, 4 decimals (None: an unbounded end)."""
     return finite_or_none(value_s * 1e3, digits=4)

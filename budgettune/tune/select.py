@@ -4,11 +4,12 @@ files that carry it: recommendation.json, vllm.yaml or sglang.args."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from budgettune.core.units import format_ms, format_ms_of
+from budgettune.core.units import format_ms
 from budgettune.tune.candidates import Candidates
 
 if TYPE_CHECKING:  # points are read field by field
@@ -29,8 +30,8 @@ class Recommendation:
         return " ".join([self.headline, *self.reasons])
 
 
-def _ms(value_ms: float | None) -> str:
-    return format_ms_of(value_ms, missing="failed requests")
+# The one duration format, with the words a point with failed requests (no p99) shows.
+_shown = functools.partial(format_ms, missing="failed requests")
 
 
 RATE_TOLERANCE = 0.02  # a realised rate within 2% of the asked one is that rate
@@ -40,10 +41,10 @@ def interval_text(interval: tuple[float | None, float | None]) -> str:
     """``[low, high]`` ms as "23.9-25.4 ms" (an open end: "> 23.9 ms")."""
     low, high = interval
     if high is None:
-        return f"> {_ms(low)}"
+        return f"> {_shown(low)}"
     if low is None:
-        return f"< {_ms(high)}"
-    return f"{format_ms(low / 1e3).removesuffix(' ms')}-{_ms(high)}"
+        return f"< {_shown(high)}"
+    return f"{format_ms(low, unit=False)}-{_shown(high)}"
 
 
 def marginal_text(point: Point, p: str, slo_tbt_s: float, slo_ttft_s: float) -> str:
@@ -60,8 +61,8 @@ def marginal_text(point: Point, p: str, slo_tbt_s: float, slo_ttft_s: float) -> 
         slo_ms = slo_s * 1e3
         if (low is None or low <= slo_ms) and (high is None or high > slo_ms):
             parts.append(
-                f"{p} {name} {_ms(value_ms)} (95% interval {interval_text(interval)}) "
-                f"against {format_ms(slo_s)}"
+                f"{p} {name} {_shown(value_ms)} (95% interval {interval_text(interval)}) "
+                f"against {format_ms(slo_s * 1e3)}"
             )
     return "; ".join(parts) or "its interval touches an SLO"
 
@@ -80,8 +81,8 @@ def _marginal_reason(
     if below:
         safe = below[-1]
         return text + (
-            f" {safe.budget} passed clearly ({p} TBT {_ms(safe.tbt_ms)}, {p} TTFT "
-            f"{_ms(safe.ttft_ms)}): run it where the SLO must hold every time."
+            f" {safe.budget} passed clearly ({p} TBT {_shown(safe.tbt_ms)}, {p} TTFT "
+            f"{_shown(safe.ttft_ms)}): run it where the SLO must hold every time."
         )
     return text + " No smaller budget passed clearly."
 
@@ -123,7 +124,7 @@ def recommend(
         if concurrency is None
         else f"{concurrency} in flight (closed loop)"
     )
-    slo_tbt, slo_ttft = format_ms(slo_tbt_s), format_ms(slo_ttft_s)
+    slo_tbt, slo_ttft = format_ms(slo_tbt_s * 1e3), format_ms(slo_ttft_s * 1e3)
     measured = sorted((pt for pt in points if pt.is_measured), key=lambda pt: pt.budget)
     passing = [pt for pt in measured if pt.ok]
     reasons: list[str] = []
@@ -139,8 +140,8 @@ def recommend(
         inside = [pt for pt in passing if cliff is None or pt.budget < cliff]
         best = inside[-1] if inside else passing[-1]
         headline = (
-            f"Recommended: {best.budget}. {p} TBT {_ms(best.tbt_ms)} <= {slo_tbt}, "
-            f"{p} TTFT {_ms(best.ttft_ms)} <= {slo_ttft} at {load}."
+            f"Recommended: {best.budget}. {p} TBT {_shown(best.tbt_ms)} <= {slo_tbt}, "
+            f"{p} TTFT {_shown(best.ttft_ms)} <= {slo_ttft} at {load}."
         )
         above = [pt for pt in measured if pt.budget > best.budget]
         if best.marginal:
@@ -191,7 +192,7 @@ def _binding_advice(
         binding = "tbt"
         smallest = measured[0]
         advice = (
-            f"TBT binds: even {smallest.budget} gives {p} TBT {_ms(smallest.tbt_ms)} > "
+            f"TBT binds: even {smallest.budget} gives {p} TBT {_shown(smallest.tbt_ms)} > "
             f"{slo_tbt}. A smaller budget pays a full weight read per chunk "
             f"({candidates.ridge_text}); lower the rate, loosen the TBT SLO, add GPUs "
             "(tensor parallel), or separate prefill from decode (disaggregation)."
@@ -200,7 +201,7 @@ def _binding_advice(
         binding = "ttft"
         largest = measured[-1]
         advice = (
-            f"TTFT binds: even {largest.budget} gives {p} TTFT {_ms(largest.ttft_ms)} > "
+            f"TTFT binds: even {largest.budget} gives {p} TTFT {_shown(largest.ttft_ms)} > "
             f"{slo_ttft}. Prompts queue faster than they are prefilled: lower the rate, loosen "
             "the TTFT SLO, try larger budgets (--budgets), add GPUs, or disaggregate prefill."
         )
@@ -227,9 +228,9 @@ def _fragile_pass(
     budget = point.budget
     name = f"{label} ({budget})" if budget == default_budget else str(budget)
     worst = point.measured.tbt.max if point.measured is not None else None
-    tail = f", max {_ms(worst)}" if worst is not None else ""
+    tail = f", max {_shown(worst)}" if worst is not None else ""
     return (
-        f"{name} meets both SLOs too ({p} TBT {_ms(point.tbt_ms)}{tail}), but {cliff} below "
+        f"{name} meets both SLOs too ({p} TBT {_shown(point.tbt_ms)}{tail}), but {cliff} below "
         f"it breaks {p} TBT: few iterations fill {budget} with this traffic, so its {p} passes "
         f"while its longest gaps do not; {chosen} is the safer choice."
     )
@@ -274,9 +275,9 @@ def _contradictions(measured: Sequence[Point], p: str) -> list[str]:
 def _breaks(point: Point, p: str) -> str:
     parts = []
     if not point.tbt_ok:
-        parts.append(f"{p} TBT ({_ms(point.tbt_ms)})")
+        parts.append(f"{p} TBT ({_shown(point.tbt_ms)})")
     if not point.ttft_ok:
-        parts.append(f"{p} TTFT ({_ms(point.ttft_ms)})")
+        parts.append(f"{p} TTFT ({_shown(point.ttft_ms)})")
     return "breaks " + " and ".join(parts) if parts else "meets both"
 
 

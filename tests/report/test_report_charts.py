@@ -128,7 +128,9 @@ def test_measured_p99_carries_its_interval_as_error_bars() -> None:
     assert measured.error_y.array[2] > 0 and top >= 80.0  # an open end reaches the chart's top
     assert measured.error_y.array[3] == measured.error_y.arrayminus[3] == 0.0
     assert measured.marker.symbol[:2] == ("circle", "circle-open")  # hollow: marginal
-    assert measured.text[1] == "24 ms measured, 95% interval 22 ms to 27 ms (marginal, 3 replays)"
+    assert measured.text[1] == (
+        "24.0 ms measured, 95% interval 22.0 ms to 27.0 ms (marginal, 3 replays)"
+    )
 
 
 def test_throughput_chart_series_and_range() -> None:
