@@ -20,7 +20,6 @@ from budgettune.app.requests import (
     PROFILE_MAX_BATCH,
     PROFILE_MAX_TOKENS,
     ProfileRequest,
-    choice_of,
 )
 from budgettune.core.errors import EngineError, SpecError
 from budgettune.core.hardware import GPU, ModelShape, dtype_bytes, resolve_gpu, resolve_model
@@ -188,7 +187,7 @@ def profile_config_of(request: ProfileRequest) -> ProfileConfig:
         probe_timeout_s=parse_duration_s(request.probe_timeout, field="probe_timeout"),
         typical_batch=request.typical_batch,
         typical_context=request.typical_context,
-        calibration=choice_of(request),
+        calibration=request.calibration,
         tensor_parallel=request.tensor_parallel,
         from_csv=request.from_csv,
         engine_args=tuple(

@@ -68,9 +68,8 @@ class TrafficRequest:
 @dataclass(slots=True, frozen=True)
 class ModelRequest:
     """The analytic step-time model: a model and a GPU preset (or a custom GPU from the three
-    figures), the dtype and tensor parallelism, the calibration (``measured`` or ``seed``,
-    :mod:`budgettune.model.calibration`) and the figures given instead of its own (None: the
-    calibration's)."""
+    figures), the dtype and tensor parallelism, and the calibration group: ``measured`` or
+    ``seed`` (:mod:`budgettune.model.calibration`) and the figures given instead of its own."""
 
     model: str = DEFAULT_MODEL
     gpu: str = DEFAULT_GPU
@@ -79,29 +78,7 @@ class ModelRequest:
     memory_gb: float | None = None
     dtype: str = "bfloat16"
     tensor_parallel: int = 1
-    calibration: str = DEFAULT_CALIBRATION
-    compute_efficiency: float | None = None
-    bandwidth_efficiency: float | None = None
-    kv_bandwidth_efficiency: float | None = None
-    overhead_ms: float | None = None
-    mode: str | None = None
-
-    @property
-    def choice(self) -> CalibrationChoice:
-        return choice_of(self)
-
-
-def choice_of(request: Any) -> CalibrationChoice:
-    """The calibration a request holding the calibration fields asked for (ModelRequest,
-    ProfileRequest, ServeRequest: the same names)."""
-    return CalibrationChoice(
-        calibration=request.calibration,
-        compute_efficiency=request.compute_efficiency,
-        bandwidth_efficiency=request.bandwidth_efficiency,
-        kv_bandwidth_efficiency=request.kv_bandwidth_efficiency,
-        overhead_ms=request.overhead_ms,
-        mode=request.mode,
-    )
+    calibration: CalibrationChoice = CalibrationChoice()
 
 
 @dataclass(slots=True, frozen=True)
@@ -240,10 +217,6 @@ class ProfileRequest:
     typical_context: int
     probe_timeout: str
     seed: int
-    compute_efficiency: float | None
-    bandwidth_efficiency: float | None
-    overhead_ms: float | None
-    mode: str | None
     tensor_parallel: int
     engine_arg: tuple[str, ...]
     engine_cmd: str | None
@@ -251,8 +224,7 @@ class ProfileRequest:
     health_timeout: str | None
     compare: tuple[Path, ...]
     api_key: str | None = field(default=None, repr=False)
-    calibration: str = DEFAULT_CALIBRATION
-    kv_bandwidth_efficiency: float | None = None
+    calibration: CalibrationChoice = CalibrationChoice()
     from_csv: Path | None = None  # iteration times measured elsewhere (engine "import")
     time_budget: str = "auto"  # seconds of probing: "auto", "none" or a duration such as 60s
 
@@ -280,10 +252,6 @@ class ServeRequest:
     model: str
     gpu: str
     dtype: str
-    compute_efficiency: float | None
-    bandwidth_efficiency: float | None
-    overhead_ms: float | None
-    mode: str | None
     profile: Path | None
     max_model_len: str | None
     gpu_memory_utilization: float
@@ -296,27 +264,28 @@ class ServeRequest:
     time_scale: float
     emission_log: Path | None
     api_key: str | None = field(default=None, repr=False)  # None or empty: no key required
-    calibration: str = DEFAULT_CALIBRATION
-    kv_bandwidth_efficiency: float | None = None
+    calibration: CalibrationChoice = CalibrationChoice()
 
 
 _PATHS = frozenset({"trace", "profile", "output", "resume"})
 # The option groups a request may hold, by the name of their type (a field's annotation).
 _GROUPS = {
     kind.__name__: kind
-    for kind in (SloRequest, LaunchRequest, TrafficRequest, ModelRequest, ClientRequest)
-}
+    for kind in (
+        SloRequest, LaunchRequest, TrafficRequest, ModelRequest, ClientRequest, CalibrationChoice
+    )
+}  # fmt: skip
 
 
 def flat_options(request: Any) -> dict[str, Any]:
-    """Every option of a request by its name, flat (a group's fields beside the command's
-    own), JSON-ready but for paths: what sweep.json and results.json record."""
+    """Every option of a request by its name, flat (a group's fields, and its own groups',
+    beside the command's own), JSON-ready but for paths: what sweep.json and results.json
+    record."""
     flat = {}
     for option in fields(request):
         value = getattr(request, option.name)
         if option.type in _GROUPS:
-            for inner in fields(value):
-                flat[inner.name] = _plain(getattr(value, inner.name))
+            flat.update(flat_options(value))
         else:
             flat[option.name] = _plain(value)
     return flat

@@ -7,7 +7,7 @@ import asyncio
 import errno
 from collections.abc import Callable
 
-from budgettune.app.requests import ServeRequest, choice_of
+from budgettune.app.requests import ServeRequest
 from budgettune.app.simulate import parse_budgets
 from budgettune.core.engine_defaults import default_budget_on
 from budgettune.core.errors import EngineError, SpecError
@@ -32,7 +32,7 @@ def server_config(request: ServeRequest) -> SimServerConfig:
         )
     budget = request.budget
     defaults = default_budget_on("sim", resolve_gpu(request.gpu))
-    choice_of(request).resolve(request.gpu)  # a bad calibration or figure fails here
+    request.calibration.resolve(request.gpu)  # a bad calibration or figure fails here
     if budget is None:
         budget_tokens: int | None = defaults.budget_tokens
     else:
@@ -57,11 +57,6 @@ def server_config(request: ServeRequest) -> SimServerConfig:
         time_scale=request.time_scale,
         stream_interval=request.stream_interval,
         calibration=request.calibration,
-        compute_efficiency=request.compute_efficiency,
-        bandwidth_efficiency=request.bandwidth_efficiency,
-        kv_bandwidth_efficiency=request.kv_bandwidth_efficiency,
-        overhead_ms=request.overhead_ms,
-        mode=request.mode,
         emission_log=request.emission_log,
         profile=request.profile,
         api_key=request.api_key or None,

@@ -39,7 +39,7 @@ def gpu_of(request: ModelRequest) -> GPU:
 def calibration_of(request: ModelRequest, gpu: GPU | None = None) -> Calibration:
     """The calibration ``request`` asks for on ``gpu`` (default: :func:`gpu_of`), with the
     figures it gives instead. Raises SpecError naming the field of a value out of range."""
-    return request.choice.resolve((gpu or gpu_of(request)).name)
+    return request.calibration.resolve((gpu or gpu_of(request)).name)
 
 
 def step_model_of(request: ModelRequest, gpu: GPU | None = None) -> StepModel:

@@ -678,7 +678,7 @@ def analytic_model(
     analytic = ModelSourceKind.ANALYTIC
     shape_source = model or DEFAULT_MODEL
     card = gpu or DEFAULT_GPU
-    asked = ModelRequest(model=shape_source, gpu=card, calibration=calibration)
+    asked = ModelRequest(model=shape_source, gpu=card, calibration=CalibrationChoice(calibration))
     step_model = step_model_of(asked)
     calibrated = calibration_of(asked)
     roofline = f"analytic roofline of {shape_source} on {card}"

@@ -21,9 +21,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 @dataclass(slots=True, frozen=True)
 class OptionGroup:
-    """``options``: field name -> ``Annotated[type, typer.Option(...)]``; each is a field of
-    ``request``, whose default is the option's, and the request is built from their values
-    (lists become tuples)."""
+    """``options``: field name -> ``Annotated[type, typer.Option(...)]``, or another group for a
+    field that is a group of its own (the model's calibration); each is a field of ``request``,
+    whose default is the option's, and the request is built from their values (lists become
+    tuples)."""
 
     request: type
     options: dict[str, object]
@@ -40,19 +41,27 @@ class OptionGroup:
     def parameters(self) -> list[inspect.Parameter]:
         """The options as keyword parameters of a command, with the request's defaults."""
         defaults = {field.name: field.default for field in fields(self.request)}
-        return [
-            inspect.Parameter(
-                name,
-                inspect.Parameter.KEYWORD_ONLY,
-                annotation=kind,
-                default=_shown(defaults[name]),
+        parameters: list[inspect.Parameter] = []
+        for name, kind in self.options.items():
+            if isinstance(kind, OptionGroup):
+                parameters += kind.parameters()
+                continue
+            parameters.append(
+                inspect.Parameter(
+                    name,
+                    inspect.Parameter.KEYWORD_ONLY,
+                    annotation=kind,
+                    default=_shown(defaults[name]),
+                )
             )
-            for name, kind in self.options.items()
-        ]
+        return parameters
 
     def pack(self, values: dict[str, object]) -> Any:
         """The request from the options' values (removed from ``values``)."""
-        given = {name: values.pop(name) for name in self.options}
+        given = {
+            name: kind.pack(values) if isinstance(kind, OptionGroup) else values.pop(name)
+            for name, kind in self.options.items()
+        }
         return self.request(
             **{name: tuple(v) if isinstance(v, list) else v for name, v in given.items()}
         )

@@ -1,7 +1,8 @@
 """The options every command that builds a step-time model from presets shares, defined once as
 ``Annotated`` typer options, and :data:`MODEL`: the group of them packed into a
-:class:`~budgettune.app.requests.ModelRequest` (``roofline``, ``simulate``); ``serve`` uses some
-of them one by one. The model itself is built in :mod:`budgettune.app.step_model`."""
+:class:`~budgettune.app.requests.ModelRequest` (``roofline``, ``simulate``), with
+:data:`CALIBRATION` inside it (``serve`` and ``profile`` take that group alone); ``serve`` uses
+some of the others one by one. The model itself is built in :mod:`budgettune.app.step_model`."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import typer
 
 from budgettune.app.requests import ModelRequest
 from budgettune.cli._groups import OptionGroup
+from budgettune.model.calibration import CalibrationChoice
 
 Model = Annotated[str, typer.Option(
     "--model", help="Model preset (llama-3.1-8b, llama-3.1-70b, mistral-7b, qwen2.5-7b, "
@@ -74,6 +76,19 @@ Profile = Annotated[Path | None, typer.Option(
 
 DEFAULTS = ModelRequest()  # the default of each option above
 
+# The calibration group: a calibration by name and the figures given instead of its own.
+CALIBRATION = OptionGroup(
+    CalibrationChoice,
+    {
+        "calibration": Calibration,
+        "compute_efficiency": ComputeEfficiency,
+        "bandwidth_efficiency": BandwidthEfficiency,
+        "kv_bandwidth_efficiency": KvBandwidthEfficiency,
+        "overhead_ms": OverheadMs,
+        "mode": Mode,
+    },
+)
+
 MODEL = OptionGroup(
     ModelRequest,
     {
@@ -84,11 +99,6 @@ MODEL = OptionGroup(
         "memory_gb": MemoryGb,
         "dtype": Dtype,
         "tensor_parallel": TensorParallel,
-        "calibration": Calibration,
-        "compute_efficiency": ComputeEfficiency,
-        "bandwidth_efficiency": BandwidthEfficiency,
-        "kv_bandwidth_efficiency": KvBandwidthEfficiency,
-        "overhead_ms": OverheadMs,
-        "mode": Mode,
+        "calibration": CALIBRATION,
     },
 )

@@ -17,9 +17,12 @@ from budgettune.app.requests import (
 )
 from budgettune.cli import Command, app
 from budgettune.cli import _engine_options as eo
+from budgettune.cli import _model_options as mo
 from budgettune.cli._client_options import ApiKey
 from budgettune.cli._common import console, console_err, print_json, with_profiles_option
+from budgettune.cli._groups import with_groups
 from budgettune.core.units import format_ms
+from budgettune.model.calibration import CalibrationChoice
 
 if TYPE_CHECKING:  # the profile pipeline (numpy, the engines) loads when the command runs
     from budgettune.app.profile import BudgetSummary, ProfileOutcome
@@ -29,9 +32,66 @@ if TYPE_CHECKING:  # the profile pipeline (numpy, the engines) loads when the co
 # checks they agree).
 ENGINES = ("vllm", "sglang", "trtllm", "sim", "torch", "analytic", "aiconfigurator")
 MODEL_DEFAULTS = ModelRequest()
+# The calibration group, worded for profile: the figures act on the analytic and sim measures.
+_Calibration = Annotated[
+    str,
+    typer.Option(
+        "--calibration",
+        help="analytic and sim: measured (per-GPU figures fitted to AIConfigurator's "
+        "silicon-measured database) or seed (the textbook roofline's); also the preset the "
+        "fit is shown beside.",
+    ),
+]
+_ComputeEfficiency = Annotated[
+    float | None,
+    typer.Option(
+        "--compute-efficiency",
+        help="analytic and sim: achievable share of peak FLOP/s (default: the calibration's).",
+    ),
+]
+_BandwidthEfficiency = Annotated[
+    float | None,
+    typer.Option(
+        "--bandwidth-efficiency",
+        help="analytic and sim: achievable share of peak bandwidth streaming weights "
+        "(default: the calibration's).",
+    ),
+]
+_KvBandwidthEfficiency = Annotated[
+    float | None,
+    typer.Option(
+        "--kv-bandwidth-efficiency",
+        help="analytic and sim: achievable share of peak bandwidth reading the KV cache "
+        "(default: the calibration's).",
+    ),
+]
+_OverheadMs = Annotated[
+    float | None,
+    typer.Option(
+        "--overhead-ms",
+        help="analytic and sim: CPU time per iteration t0, ms (default: the calibration's).",
+    ),
+]
+_Mode = Annotated[
+    str | None,
+    typer.Option(
+        "--mode",
+        help="analytic and sim: overlapped or serialized step-time variant (default: the "
+        "calibration's).",
+    ),
+]
+CALIBRATION = mo.CALIBRATION.worded(
+    calibration=_Calibration,
+    compute_efficiency=_ComputeEfficiency,
+    bandwidth_efficiency=_BandwidthEfficiency,
+    kv_bandwidth_efficiency=_KvBandwidthEfficiency,
+    overhead_ms=_OverheadMs,
+    mode=_Mode,
+)
 
 
 @app.command(cls=Command)
+@with_groups(calibration=CALIBRATION)
 def profile(
     model: Annotated[
         str,
@@ -150,53 +210,7 @@ def profile(
             "CPU builds), none elsewhere; none: the whole grid; or a duration such as 2m.",
         ),
     ] = "auto",
-    calibration: Annotated[
-        str,
-        typer.Option(
-            "--calibration",
-            help="analytic and sim: measured (per-GPU figures fitted to AIConfigurator's "
-            "silicon-measured database) or seed (the textbook roofline's); also the preset the "
-            "fit is shown beside.",
-        ),
-    ] = MODEL_DEFAULTS.calibration,
-    compute_efficiency: Annotated[
-        float | None,
-        typer.Option(
-            "--compute-efficiency",
-            help="analytic and sim: achievable share of peak FLOP/s (default: the calibration's).",
-        ),
-    ] = None,
-    bandwidth_efficiency: Annotated[
-        float | None,
-        typer.Option(
-            "--bandwidth-efficiency",
-            help="analytic and sim: achievable share of peak bandwidth streaming weights "
-            "(default: the calibration's).",
-        ),
-    ] = None,
-    kv_bandwidth_efficiency: Annotated[
-        float | None,
-        typer.Option(
-            "--kv-bandwidth-efficiency",
-            help="analytic and sim: achievable share of peak bandwidth reading the KV cache "
-            "(default: the calibration's).",
-        ),
-    ] = None,
-    overhead_ms: Annotated[
-        float | None,
-        typer.Option(
-            "--overhead-ms",
-            help="analytic and sim: CPU time per iteration t0, ms (default: the calibration's).",
-        ),
-    ] = None,
-    mode: Annotated[
-        str | None,
-        typer.Option(
-            "--mode",
-            help="analytic and sim: overlapped or serialized step-time variant (default: the "
-            "calibration's).",
-        ),
-    ] = None,
+    calibration: CalibrationChoice = MODEL_DEFAULTS.calibration,  # CALIBRATION, packed
     tensor_parallel: Annotated[
         int,
         typer.Option(
@@ -242,12 +256,10 @@ def profile(
         model=model, engine=engine, gpu_name=gpu_name, max_tokens=max_tokens, repeats=repeats,
         output=output, max_batch=max_batch, contexts=contexts, dtype=dtype, device=device,
         threads=threads, typical_batch=typical_batch, typical_context=typical_context,
-        probe_timeout=probe_timeout, seed=seed, compute_efficiency=compute_efficiency,
-        bandwidth_efficiency=bandwidth_efficiency, overhead_ms=overhead_ms, mode=mode,
-        tensor_parallel=tensor_parallel, engine_arg=tuple(engine_arg), engine_cmd=engine_cmd,
+        probe_timeout=probe_timeout, seed=seed, tensor_parallel=tensor_parallel,
+        engine_arg=tuple(engine_arg), engine_cmd=engine_cmd,
         env=tuple(env), health_timeout=health_timeout, compare=tuple(compare or ()),
-        api_key=api_key, calibration=calibration, kv_bandwidth_efficiency=kv_bandwidth_efficiency,
-        from_csv=from_csv, time_budget=time_budget,
+        api_key=api_key, calibration=calibration, from_csv=from_csv, time_budget=time_budget,
     )  # fmt: skip
     config = profile_config_of(request)
     validate(config)  # bad input fails here, before anything starts

@@ -12,10 +12,13 @@ from budgettune.app.requests import ServeRequest
 from budgettune.cli import Command, app
 from budgettune.cli import _model_options as mo
 from budgettune.cli._common import console, console_err
+from budgettune.cli._groups import with_groups
+from budgettune.model.calibration import CalibrationChoice
 from budgettune.sim.kvcache import DEFAULT_BLOCK_SIZE, DEFAULT_GPU_MEMORY_UTILIZATION
 
 
 @app.command(cls=Command)
+@with_groups(calibration=mo.CALIBRATION)
 def serve(
     engine: Annotated[
         str, typer.Option("--engine", help="Engine to serve: sim (built in).")
@@ -42,12 +45,7 @@ def serve(
     model: mo.Model = mo.DEFAULTS.model,
     gpu: mo.GpuName = mo.DEFAULTS.gpu,
     dtype: mo.Dtype = mo.DEFAULTS.dtype,
-    calibration: mo.Calibration = mo.DEFAULTS.calibration,
-    compute_efficiency: mo.ComputeEfficiency = mo.DEFAULTS.compute_efficiency,
-    bandwidth_efficiency: mo.BandwidthEfficiency = mo.DEFAULTS.bandwidth_efficiency,
-    kv_bandwidth_efficiency: mo.KvBandwidthEfficiency = mo.DEFAULTS.kv_bandwidth_efficiency,
-    overhead_ms: mo.OverheadMs = mo.DEFAULTS.overhead_ms,
-    mode: mo.Mode = mo.DEFAULTS.mode,
+    calibration: CalibrationChoice = mo.DEFAULTS.calibration,  # mo.CALIBRATION, packed
     profile: mo.Profile = None,
     max_model_len: Annotated[
         str | None,
@@ -125,11 +123,6 @@ def serve(
         time_scale=time_scale,
         stream_interval=stream_interval,
         calibration=calibration,
-        compute_efficiency=compute_efficiency,
-        bandwidth_efficiency=bandwidth_efficiency,
-        kv_bandwidth_efficiency=kv_bandwidth_efficiency,
-        overhead_ms=overhead_ms,
-        mode=mode,
         emission_log=emission_log,
         profile=profile,
         api_key=api_key,

@@ -17,6 +17,7 @@ from budgettune.app.serve import server_config
 from budgettune.engines.base import LaunchSpec
 from budgettune.engines.embedded.engine import SimEngine
 from budgettune.engines.process import group_members, launch_process
+from budgettune.model.calibration import CalibrationChoice
 
 SimStart = Callable[[list[str]], AbstractContextManager[tuple[str, object]]]
 KEY = "sk-test-123"
@@ -90,12 +91,12 @@ def test_launcher_passes_the_key_and_keeps_it_off_the_command_line() -> None:
 def test_serve_config_carries_the_key() -> None:
     request = ServeRequest(
         engine="sim", budget="512", max_num_seqs=8, model="llama-3.1-8b", gpu="h100-sxm",
-        dtype="bfloat16", compute_efficiency=0.5, bandwidth_efficiency=0.8, overhead_ms=1.0,
-        mode="overlapped", profile=None, max_model_len=None, gpu_memory_utilization=0.9,
+        dtype="bfloat16", profile=None, max_model_len=None, gpu_memory_utilization=0.9,
         block_size=16, long_prefill_token_threshold=0, host="127.0.0.1", port=8000,
         served_model_name=None, stream_interval=1, time_scale=1.0, emission_log=None,
-        api_key=KEY,
+        api_key=KEY, calibration=CalibrationChoice(compute_efficiency=0.5, overhead_ms=1.0),
     )  # fmt: skip
     config = server_config(request)
     assert config.api_key == KEY
+    assert config.calibration == request.calibration  # the calibration group, passed whole
     assert KEY not in repr(config)

@@ -21,7 +21,7 @@ from budgettune.engines.embedded.http11 import (
     DEFAULT_KEEP_ALIVE_TIMEOUT_S,
     DEFAULT_REQUEST_TIMEOUT_S,
 )
-from budgettune.model.calibration import DEFAULT_CALIBRATION, CalibrationChoice
+from budgettune.model.calibration import CalibrationChoice
 from budgettune.sim.kvcache import DEFAULT_BLOCK_SIZE
 
 MAX_TIME_SCALE = 1e6  # --time-scale: a million times slower is beyond any use
@@ -50,29 +50,12 @@ class SimServerConfig:
     served_model_name: str | None = None
     time_scale: float = 1.0
     stream_interval: int = 1
-    calibration: str = DEFAULT_CALIBRATION
-    compute_efficiency: float | None = None  # None: the calibration's
-    bandwidth_efficiency: float | None = None
-    kv_bandwidth_efficiency: float | None = None
-    overhead_ms: float | None = None
-    mode: str | None = None
+    calibration: CalibrationChoice = CalibrationChoice()  # the figures given: None, its own
     emission_log: Path | None = None
     profile: Path | None = None  # a `budgettune profile` file: its calibrated model, not presets
     api_key: str | None = field(default=None, repr=False)  # a secret: kept out of reprs
     keep_alive_timeout_s: float = DEFAULT_KEEP_ALIVE_TIMEOUT_S
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
-
-    @property
-    def choice(self) -> CalibrationChoice:
-        """The calibration asked for and the figures given instead of its own."""
-        return CalibrationChoice(
-            self.calibration,
-            self.compute_efficiency,
-            self.bandwidth_efficiency,
-            self.kv_bandwidth_efficiency,
-            self.overhead_ms,
-            self.mode,
-        )
 
     def __post_init__(self) -> None:
         check_number(self.time_scale, field="time_scale", maximum=MAX_TIME_SCALE)

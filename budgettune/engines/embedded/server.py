@@ -53,7 +53,7 @@ def build(config: SimServerConfig) -> tuple[SimCore, SimApp, str]:
     else:
         shape = resolve_model(config.model)
         gpu = resolve_gpu(config.gpu)
-        calibration = config.choice.resolve(gpu.name)
+        calibration = config.calibration.resolve(gpu.name)
         step_model = StepModel.from_hardware(
             shape, gpu, calibration=calibration, bytes_per_weight=dtype_bytes(config.dtype)
         )
