@@ -122,23 +122,28 @@ def _verdict_html(verdict: Verdict) -> str:
     return "\n".join(parts)
 
 
+def _interval(value: tuple[float | None, float | None] | None) -> str | None:
+    """A 95% interval's cell (None: no interval, the column may go)."""
+    if value is None:
+        return None
+    low, high = value
+    return f"{format_ms(low)} to {'unbounded' if high is None else format_ms(high)}"
+
+
 def _sweep_table(sweep: SweepInput) -> str:
     """One row per budget; columns with no value at any budget are left out."""
     pct_value = sweep.percentile
     pct = f"p{pct_value:g}"
 
-    def at(summary: Percentiles | None) -> str | None:
-        value = None if summary is None else summary.at(pct_value)
-        return None if value is None else format_ms(value)
+    def at(summary: Percentiles | None) -> str | None:  # None: no figure, the column may go
+        return (
+            None
+            if summary is None or summary.at(pct_value) is None
+            else format_ms(summary.at(pct_value))
+        )
 
     def verdict(p: BudgetPoint) -> str | None:
         return None if p.passed is None else ("pass" if p.passed else "fail")
-
-    def interval(value: tuple[float | None, float | None] | None) -> str | None:
-        if value is None:
-            return None
-        low, high = value
-        return f"{format_ms(low)} to {'unbounded' if high is None else format_ms(high)}"
 
     def confidence(p: BudgetPoint) -> str | None:
         if p.confidence is None:
@@ -147,10 +152,10 @@ def _sweep_table(sweep: SweepInput) -> str:
 
     columns: list[tuple[str, Callable[[BudgetPoint], str | None]]] = [
         (f"{pct} TBT measured", lambda p: at(p.measured_tbt)),
-        ("95% interval", lambda p: interval(p.tbt_interval_ms)),
+        ("95% interval", lambda p: _interval(p.tbt_interval_ms)),
         (f"{pct} TBT predicted", lambda p: at(p.predicted_tbt)),
         (f"{pct} TTFT measured", lambda p: at(p.measured_ttft)),
-        ("95% interval", lambda p: interval(p.ttft_interval_ms)),
+        ("95% interval", lambda p: _interval(p.ttft_interval_ms)),
         (f"{pct} TTFT predicted", lambda p: at(p.predicted_ttft)),
         (
             "throughput (tokens/s)",
