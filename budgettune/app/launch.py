@@ -15,7 +15,7 @@ from budgettune.core.auth import check_api_key
 from budgettune.core.errors import SpecError, shorten
 from budgettune.core.hardware import check_model_len, resolve_model
 from budgettune.core.limits import MAX_GPUS, MAX_SEQS, check_count, check_share
-from budgettune.core.units import parse_duration_s
+from budgettune.core.units import parse_duration_s, parse_int_list
 from budgettune.engines.base import LaunchSpec
 
 REAL_ENGINE_HEALTH_S = 20 * 60.0  # vLLM and SGLang load weights and compile: allow 20 minutes
@@ -53,17 +53,21 @@ def launch_spec(
     url: str | None,
     max_model_len_tokens: int | None,
     api_key: str | None = None,
+    several_seqs: bool = False,
 ) -> LaunchSpec:
     """Validate the launch options into a LaunchSpec for ``engine``; ``api_key`` is the key the
-    engine is started with (or the external server demands)."""
+    engine is started with (or the external server demands). ``several_seqs``: the caller
+    tunes max-num-seqs over several values (the spec then leaves it unset: each launch sets
+    its own); otherwise at most one is taken."""
     check_api_key(api_key)  # before anything starts: a bad key fails every request
     if launch.prefix_caching not in ("on", "off"):
         raise SpecError(f"use on or off, got {launch.prefix_caching!r}", field="prefix_caching")
     share = launch.gpu_memory_utilization
     if share is not None:
         check_share(share, field="gpu_memory_utilization")
-    if launch.max_num_seqs is not None:
-        check_count(launch.max_num_seqs, field="max_num_seqs", maximum=MAX_SEQS)
+    seqs = max_num_seqs_values(launch)
+    if len(seqs) > 1 and not several_seqs:
+        raise SpecError(f"one value here, got {launch.max_num_seqs!r}", field="max_num_seqs")
     if launch.tensor_parallel_size is not None:
         check_count(launch.tensor_parallel_size, field="tensor_parallel_size", maximum=MAX_GPUS)
     extra: list[str] = []
@@ -86,7 +90,7 @@ def launch_spec(
         else default_health_s
     )
     return LaunchSpec(
-        max_num_seqs=launch.max_num_seqs,
+        max_num_seqs=seqs[0] if len(seqs) == 1 else None,
         model=model,
         gpu=gpu if engine == "sim" else None,
         max_model_len=max_model_len_tokens,
@@ -101,6 +105,16 @@ def launch_spec(
         prefix_caching=launch.prefix_caching == "on",
         api_key=api_key,
     )
+
+
+def max_num_seqs_values(launch: LaunchRequest) -> tuple[int, ...]:
+    """The --max-num-seqs values given, ascending and without repeats (empty: none given).
+    Raises SpecError naming ``max_num_seqs`` for a value that is not a whole number in
+    [1, MAX_SEQS]."""
+    if launch.max_num_seqs is None:
+        return ()
+    values = parse_int_list(launch.max_num_seqs, field="max_num_seqs", maximum=MAX_SEQS)
+    return tuple(sorted(set(values)))
 
 
 def budget_spec(base: LaunchSpec, budget: int, run_dir: Path) -> LaunchSpec:

@@ -152,7 +152,7 @@ def _replay_settings(
     slo_tbt_s, slo_ttft_s = slos_s
     return dict(
         engine=engine, url=url, budget=budget_tokens, chunked_prefill=chunked,
-        max_num_seqs=launch.max_num_seqs, model=model, gpu=gpu, engine_cmd=launch.engine_cmd,
+        max_num_seqs=spec.max_num_seqs, model=model, gpu=gpu, engine_cmd=launch.engine_cmd,
         env=list(launch.env), engine_args=list(spec.extra_args), dtype=launch.dtype,
         tensor_parallel_size=launch.tensor_parallel_size,
         gpu_memory_utilization=launch.gpu_memory_utilization,

@@ -125,7 +125,7 @@ class LaunchRequest:
     engine: str = "auto"
     model: str | None = None
     gpu: str | None = None
-    max_num_seqs: int | None = None
+    max_num_seqs: str | None = None  # one number, or (sweep) several: tuned with the budget
     engine_cmd: str | None = None
     env: tuple[str, ...] = ()
     engine_arg: tuple[str, ...] = ()
@@ -377,4 +377,6 @@ def _plain(value: Any) -> Any:
 def _typed(name: str, value: Any) -> Any:
     if name in _PATHS and value is not None and not isinstance(value, Path):
         return Path(value)
+    if name == "max_num_seqs" and isinstance(value, int) and not isinstance(value, bool):
+        return str(value)  # saved as a number before it could name several
     return tuple(value) if isinstance(value, list) else value

@@ -338,13 +338,13 @@ async def run_sweep(
         recommendation,
         RunFacts(launches, rounds.rounds, len(slots), executor.name, wall_s),
     )
-    files = _write_run_folder(config, recommendation, document, points)
+    files = write_run_folder(config, recommendation, document, points)
     return SweepResult(
         candidates, predictions, points, recommendation, launches, wall_s, files, document
     )
 
 
-def _write_run_folder(
+def write_run_folder(
     config: SweepConfig,
     recommendation: Recommendation,
     document: Mapping[str, object],

@@ -20,13 +20,20 @@ from typing import TYPE_CHECKING, Any
 
 from budgettune.app.baseline import Baseline
 from budgettune.app.client import ClientSettings, client_settings, without_key
-from budgettune.app.launch import budget_spec, external_budget, launch_spec, resolve_engine
+from budgettune.app.launch import (
+    budget_spec,
+    external_budget,
+    launch_spec,
+    max_num_seqs_values,
+    resolve_engine,
+)
 from budgettune.app.profile import probes_model_len
 from budgettune.app.requests import (
     DEFAULT_GPU,
     DEFAULT_MODEL,
     SWEEP_RATE_PER_S,
     SWEEP_REQUESTS,
+    LaunchRequest,
     ModelRequest,
     SweepRequest,
     TrafficRequest,
@@ -238,6 +245,7 @@ def sweep_launch_spec(
         url=request.client.url,
         max_model_len_tokens=max_model_len_tokens(traffic),
         api_key=api_key,
+        several_seqs=bool(_tuned_seqs(request, engine)),
     )
 
 
@@ -478,6 +486,7 @@ def _sweep_config(
         resume=request.resume is not None,
         settings=settings,
         command=command,
+        max_num_seqs_values=_tuned_seqs(request, engine),
         hardware={
             "gpu": gpu_card.name if gpu_card else None,
             **({"gpu_detected": detected.describe()} if detected else {}),
@@ -618,7 +627,7 @@ def _settings(
         "gpu": launch.gpu if engine != "sim" else launch.gpu or DEFAULT_GPU,
         "profile": str(run_dir / PROFILE_FILE) if measure_first else profile and str(profile),
         "budgets": request.budgets, "align": request.align,
-        "max_num_seqs": launch.max_num_seqs, "engine_cmd": launch.engine_cmd,
+        "max_num_seqs": _seqs_setting(launch), "engine_cmd": launch.engine_cmd,
         "engine_args": list(engine_args), "env": list(launch.env), "dtype": launch.dtype,
         "prefix_caching": launch.prefix_caching, "trace": str(trace) if trace else None,
         "rate": rate, "synthetic": synthetic, "requests": len(traffic.schedule),
@@ -779,3 +788,31 @@ def predictions_scheduler(
         max_num_seqs=max_num_seqs,
         decodes_beside_prefill=decodes_beside_prefill,
     )
+
+
+def _seqs_setting(launch: LaunchRequest) -> int | list[int] | None:
+    """--max-num-seqs as sweep.json's settings record it: the number (as before several could
+    be given), the values when several are tuned, None when not given."""
+    values = max_num_seqs_values(launch)
+    if len(values) > 1:
+        return list(values)
+    return values[0] if values else None
+
+
+def _tuned_seqs(request: SweepRequest, engine: str) -> tuple[int, ...]:
+    """The --max-num-seqs values tuned with the budget (empty: one value or none, not tuned).
+    Raises SpecError for what a two-knob sweep does not take yet."""
+    values = max_num_seqs_values(request.launch)
+    if len(values) < 2:
+        return ()
+    refused = {
+        "engine": engine == "external" and "a server you run has one max-num-seqs",
+        "resume": request.resume is not None and "a two-knob sweep cannot be resumed yet",
+        "parallel": (request.parallel or 1) > 1 and "a two-knob sweep runs one slot for now",
+        "ray": request.ray is not None and "a two-knob sweep runs on this machine for now",
+        "goodput": request.goodput and "a two-knob sweep does not search goodput yet",
+    }
+    for field, why in refused.items():
+        if why:
+            raise SpecError(f"{why} (--max-num-seqs {request.launch.max_num_seqs})", field=field)
+    return values

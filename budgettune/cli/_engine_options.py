@@ -53,12 +53,23 @@ Engine = Annotated[
 Gpu = Annotated[str | None, gpu_option("GPU preset for the sim engine (default {gpu}).")]
 
 MaxNumSeqs = Annotated[
-    int | None,
+    str | None,
     typer.Option(
         "--max-num-seqs",
-        min=1,
         help="Most running sequences (vLLM --max-num-seqs, SGLang --max-running-requests), at "
         "most 1,048,576; passed to the engine only when given (default: the engine's own).",
+        rich_help_panel=PANEL,
+    ),
+]
+# sweep's wording: several values make it a second knob, searched with the budget
+SweepMaxNumSeqs = Annotated[
+    str | None,
+    typer.Option(
+        "--max-num-seqs",
+        help="Most running sequences (vLLM --max-num-seqs, SGLang --max-running-requests), at "
+        "most 1,048,576; passed to the engine only when given (default: the engine's own). "
+        "Several, e.g. 4,16,64: tuned with the budget (the largest budget that meets both "
+        "SLOs at some value, then the largest value that meets both at it).",
         rich_help_panel=PANEL,
     ),
 ]

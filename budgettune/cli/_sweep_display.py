@@ -4,6 +4,7 @@ and the closing table with the verdict. Printing only; the sweep itself is
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -134,6 +135,12 @@ def run_with_progress(prepared: PreparedSweep, executor: Executor) -> SweepResul
             on_replay=on_replay, on_point=on_point, on_message=on_message, on_slot=on_slot,
             on_round=on_round,
         )  # fmt: skip
+        if config.max_num_seqs_values:  # two knobs: the budget with max-num-seqs
+            import asyncio
+
+            from budgettune.app.sweep_pairs import run_pair_sweep
+
+            return asyncio.run(run_pair_sweep(config, traffic, events, executor=executor))
         return run_sweep_to_end(config, traffic, events, finished, slots=slots, executor=executor)
 
 
@@ -187,6 +194,10 @@ def _goodput_cell(point: Point) -> str:
 
 
 def print_result(result: SweepResult, config: SweepConfig) -> None:
+    pairs = result.document.get("pairs")
+    if isinstance(pairs, dict):  # two knobs: the grid, then the chosen value's budgets
+        _print_pairs(pairs, config)
+        config = dataclasses.replace(config, default_budget=None)
     p = f"p{config.percentile:g}"
     load = (
         rate_text(config.rate_per_s, config.asked_rate_per_s, config.requests)
@@ -277,3 +288,39 @@ def _progress() -> Progress:
         transient=True,
         refresh_per_second=4,
     )
+
+
+def _print_pairs(pairs: dict[str, Any], config: SweepConfig) -> None:
+    """The two-knob grid: one row per budget, one column per max-num-seqs value; each cell the
+    measured p-TBT / p-TTFT and verdict, or what the search inferred without measuring it."""
+    p = f"p{config.percentile:g}"
+    table = Table(
+        title=f"{p} TBT / TTFT ms by budget and max-num-seqs ({pairs['launches']} of "
+        f"{pairs['grid_launches']} pairs launched)",
+        box=box.SIMPLE_HEAD,
+    )
+    table.add_column("budget", justify="right")
+    for seqs in pairs["max_num_seqs"]:
+        table.add_column(f"seqs {seqs}", justify="right")
+    chosen = pairs["chosen"] or {}
+    cells = {(e["budget"], e["max_num_seqs"]): e for e in pairs["entries"]}
+    for budget in pairs["budgets"]:
+        row = [str(budget)]
+        for seqs in pairs["max_num_seqs"]:
+            entry = cells[(budget, seqs)]
+            if entry["measured"]:
+                figures = (
+                    f"{format_ms(entry['tbt_ms'], unit=False)} / "
+                    f"{format_ms(entry['ttft_ms'], unit=False)}"
+                )
+                mark = "[green]pass[/green]" if entry["ok"] else "[red]fail[/red]"
+                if chosen == {"budget": budget, "max_num_seqs": seqs}:
+                    mark = "[bold green]chosen[/bold green]"
+                row.append(f"{figures}\n{mark}")
+            elif entry["status"] is not None:
+                row.append(f"[red]{entry['status']}[/red]")
+            else:
+                implied = {True: "meets (implied)", False: "fails (implied)", None: "-"}
+                row.append(f"[dim]{implied[entry['feasible']]}[/dim]")
+        table.add_row(*row)
+    console.print(table)

@@ -134,7 +134,7 @@ AsJson = Annotated[bool, typer.Option("--json", help="Print recommendation.json 
 
 @app.command(cls=Command)
 @with_groups(
-    launch=eo.LAUNCH.worded(gpu=Gpu),
+    launch=eo.LAUNCH.worded(gpu=Gpu, max_num_seqs=eo.SweepMaxNumSeqs),
     traffic=TRAFFIC,
     client=CLIENT.worded(request_timeout=RequestTimeout, warmup=Warmup),
 )

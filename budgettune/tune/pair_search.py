@@ -35,9 +35,15 @@ class PairState:
     n_budgets: int
     n_seqs: int
     verified: dict[Pair, Verdict] = field(default_factory=dict)
+    failed: set[Pair] = field(default_factory=set)  # its engine failed: no verdict, left out
 
-    def record(self, pair: Pair, verdict: Verdict) -> None:
-        self.verified[pair] = verdict
+    def record(self, pair: Pair, verdict: Verdict | None) -> None:
+        """A verification's verdict (None: the engine failed at the pair, which says nothing
+        of its neighbours and is not tried again)."""
+        if verdict is None:
+            self.failed.add(pair)
+        else:
+            self.verified[pair] = verdict
 
     def pairs(self) -> Iterator[Pair]:
         return ((i, j) for i in range(self.n_budgets) for j in range(self.n_seqs))
@@ -82,19 +88,26 @@ class PairState:
         return [
             pair
             for pair in self.pairs()
-            if (best is None or pair > best) and self.feasible(pair) is None
+            if (best is None or pair > best)
+            and self.feasible(pair) is None
+            and pair not in self.failed
         ]
 
     def cliff_pairs(self) -> list[Pair]:
-        """The answer's neighbours above it on each knob, not yet verified themselves."""
+        """The answer itself, when only inferred from its neighbours, and its neighbours above it
+        on each knob, those not yet verified themselves: a recommended pair is measured, and
+        so is the cliff beside it."""
         best = self.best
         if best is None:
             return []
         i, j = best
         return [
             pair
-            for pair in ((i + 1, j), (i, j + 1))
-            if pair[0] < self.n_budgets and pair[1] < self.n_seqs and pair not in self.verified
+            for pair in ((i, j), (i + 1, j), (i, j + 1))
+            if pair[0] < self.n_budgets
+            and pair[1] < self.n_seqs
+            and pair not in self.verified
+            and pair not in self.failed
         ]
 
     def done(self) -> bool:
@@ -156,7 +169,7 @@ def _settled(
         outcomes = [expected]
     counts = []
     for outcome in outcomes:
-        trial = PairState(state.n_budgets, state.n_seqs, dict(state.verified))
+        trial = PairState(state.n_budgets, state.n_seqs, dict(state.verified), state.failed)
         trial.record(pair, outcome)
         still_open = set(trial.open_pairs())
         counts.append(sum(1 for other in open_ if other not in still_open))
@@ -167,9 +180,10 @@ def search_pairs(
     n_budgets: int,
     n_seqs: int,
     predicted: Mapping[Pair, Verdict],
-    verify: Callable[[Pair], Verdict],
+    verify: Callable[[Pair], Verdict | None],
 ) -> PairState:
-    """Run the search to the end with a ``verify(pair) -> Verdict`` callback (one launch each)."""
+    """Run the search to the end with a ``verify(pair) -> Verdict`` callback (one launch each;
+    None: the engine failed there)."""
     state = PairState(n_budgets, n_seqs)
     while (pair := next_pair(state, predicted)) is not None:
         state.record(pair, verify(pair))

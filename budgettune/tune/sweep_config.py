@@ -62,6 +62,9 @@ class SweepConfig:
     model_source_kind: ModelSourceKind | None = None
     # Whether the profile behind step_model found a knee; None: no profile (the roofline).
     knee_found: bool | None = None
+    # --max-num-seqs values tuned with the budget, ascending (empty: one value or the engine's,
+    # the budget alone is tuned)
+    max_num_seqs_values: tuple[int, ...] = ()
 
     @property
     def quantile(self) -> float:

@@ -44,6 +44,7 @@ def test_the_search_finds_the_grids_pair_with_at_most_half_its_launches(
         truth = monotone_grid(n_budgets, n_seqs, rng)
         state = search_pairs(n_budgets, n_seqs, truth, truth.__getitem__)
         assert state.best == grid_answer(truth), truth
+        assert state.best is None or state.best in state.verified  # the answer is measured
         most = max(most, len(state.verified))
     assert most <= n_budgets * n_seqs // 2
 

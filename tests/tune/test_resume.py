@@ -100,7 +100,7 @@ def test_the_request_is_what_is_saved_and_restored(tmp_path: Path) -> None:
 
     request = SweepRequest(
         slo=SloRequest("46ms", "1s", 90.0), profile=Path("p.json"),
-        launch=LaunchRequest(engine="sim", gpu="h200", env=("A=1",), max_num_seqs=64),
+        launch=LaunchRequest(engine="sim", gpu="h200", env=("A=1",), max_num_seqs="64"),
         traffic=TrafficRequest(trace=tmp_path / "t.jsonl", rate=4.0), budgets="512,1024",
         align=256, goodput=False, baseline="auto", exhaustive=True,
         max_error_rate=0.5, output=tmp_path / "run", client=ClientRequest(warmup=2),
@@ -207,3 +207,14 @@ def test_one_process_per_run_folder(tmp_path: Path, budgettune_cmd: list[str]) -
         holder.wait(10)
         holder.stdout.close()
     lock_run_folder(run_dir)  # the holder is gone: its lock with it
+
+
+def test_a_sweep_saved_with_one_max_num_seqs_number_reads_back() -> None:
+    """sweep.json saved --max-num-seqs as a number before it could name several values."""
+    from budgettune.app.requests import SweepRequest
+
+    example = Path(__file__).resolve().parents[2] / "reports" / "example"
+    saved = read_saved_options(example)
+    assert saved is not None
+    request = SweepRequest.from_options({**saved, "max_num_seqs": 64})
+    assert request.launch.max_num_seqs == "64"

@@ -1,0 +1,285 @@
+"""`sweep --max-num-seqs A,B,C`: the budget and max-num-seqs tuned together.
+
+The budget candidates come as for one knob (from the step-time model at the engine's own
+max-num-seqs, or --budgets); the simulator predicts every pair; the two-knob search
+(:mod:`budgettune.tune.pair_search`) picks which pairs are launched and replayed, each exactly
+as a one-knob sweep verifies a budget (early stop, intervals, marginal re-measures). Each
+max-num-seqs value keeps its measurements in a folder of its own in the run folder,
+``seqs-S`` (points.jsonl and each budget's replays); the run folder's own outputs are the
+chosen value's, with ``max_num_seqs`` beside ``budget`` and every pair in ``pairs``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from budgettune.app.executors import Executor, InProcess, RoundEvents
+from budgettune.app.rounds import verify_in_rounds
+from budgettune.app.slots import Slot
+from budgettune.app.sweep import SweepEvents, SweepResult, plan, write_run_folder
+from budgettune.app.traffic import Traffic
+from budgettune.artifacts.recommendation import RunFacts, recommendation_document
+from budgettune.core.units import format_ms, ms_or_none
+from budgettune.tune.candidates import Candidates
+from budgettune.tune.pair_search import Pair, PairState, next_pair
+from budgettune.tune.point import Point
+from budgettune.tune.predict import Prediction, predict
+from budgettune.tune.select import Recommendation, recommend
+from budgettune.tune.strategy import Verdict
+from budgettune.tune.sweep_config import SweepConfig
+
+PAIRS_KEY = "pairs"  # recommendation.json: every pair predicted, and what was measured
+
+
+@dataclass(slots=True)
+class PairsOutcome:
+    """The two-knob search's grid: budgets and max-num-seqs values (ascending), the prediction
+    of every pair, the points measured (by max-num-seqs value, then budget), the search's state
+    and the engine launches it made."""
+
+    budgets: tuple[int, ...]
+    seqs_values: tuple[int, ...]
+    predictions: dict[tuple[int, int], Prediction]  # (budget, max-num-seqs) -> prediction
+    measured: dict[int, dict[int, Point]]
+    state: PairState
+    launches: int = 0
+
+    @property
+    def chosen(self) -> tuple[int, int] | None:
+        """(budget, max-num-seqs) of the answer (None: no pair meets both SLOs)."""
+        best = self.state.best
+        return None if best is None else (self.budgets[best[0]], self.seqs_values[best[1]])
+
+    def to_json(self) -> dict[str, object]:
+        """recommendation.json's ``pairs``: the grid, its answer, and one entry per pair."""
+        entries = []
+        for (budget, seqs), prediction in sorted(self.predictions.items()):
+            point = self.measured[seqs].get(budget)
+            known = self.state.feasible((self.budgets.index(budget), self.seqs_values.index(seqs)))
+            entries.append({
+                "budget": budget,
+                "max_num_seqs": seqs,
+                "predicted_tbt_ms": ms_or_none(prediction.tbt_s),
+                "predicted_ttft_ms": ms_or_none(prediction.ttft_s),
+                "measured": point is not None and point.is_measured,
+                "status": None if point is None else point.status.value,
+                "tbt_ms": None if point is None else point.tbt_ms,
+                "ttft_ms": None if point is None else point.ttft_ms,
+                "ok": None if point is None or not point.is_measured else point.ok,
+                "feasible": known,  # measured or implied by a measured neighbour (None: open)
+                "folder": None if point is None else f"seqs-{seqs}",
+            })  # fmt: skip
+        chosen = self.chosen
+        return {
+            "budgets": list(self.budgets),
+            "max_num_seqs": list(self.seqs_values),
+            "chosen": None if chosen is None else {"budget": chosen[0], "max_num_seqs": chosen[1]},
+            "launches": self.launches,
+            "grid_launches": len(self.budgets) * len(self.seqs_values),
+            "entries": entries,
+        }
+
+
+def seqs_config(config: SweepConfig, seqs: int) -> SweepConfig:
+    """The one-knob sweep of budgets at max-num-seqs ``seqs``: its engines start with it, its
+    predictions' scheduler holds it, its measurements go to the ``seqs-S`` folder."""
+    return dataclasses.replace(
+        config,
+        base_spec=dataclasses.replace(config.base_spec, max_num_seqs=seqs),
+        scheduler=dataclasses.replace(config.scheduler, max_num_seqs=seqs),
+        run_dir=config.run_dir / f"seqs-{seqs}",
+        max_num_seqs_values=(),
+        default_budget=None,
+    )
+
+
+async def run_pair_sweep(
+    config: SweepConfig,
+    traffic: Traffic,
+    events: SweepEvents | None = None,
+    *,
+    executor: Executor | None = None,
+) -> SweepResult:
+    """Plan, search the pairs live (or every pair with ``config.exhaustive``), recommend, and
+    write the run folder (made by the caller, as for one knob)."""
+    events = events or SweepEvents()
+    executor = executor or InProcess()
+    started = time.perf_counter()
+    candidates, base_predictions, _ = plan(config, traffic.schedule)
+    outcome = _predicted_grid(config, traffic, candidates)
+    if events.on_plan:
+        events.on_plan(candidates, base_predictions)
+    _say(events, f"max-num-seqs: {', '.join(map(str, outcome.seqs_values))}, tuned with the "
+         f"budget ({len(outcome.predictions)} pairs)")  # fmt: skip
+    predicted = {
+        (i, j): Verdict(*_judged(config, outcome.predictions[(budget, seqs)]))
+        for i, budget in enumerate(outcome.budgets)
+        for j, seqs in enumerate(outcome.seqs_values)
+    }
+    round_events = RoundEvents(
+        on_slot=events.on_slot, on_message=events.on_message, on_replay=events.on_replay,
+        on_start=events.on_start, on_ready=events.on_ready, on_launch=events.on_launch,
+    )  # fmt: skip
+
+    async def verify(pair: Pair) -> Verdict | None:
+        budget, seqs = outcome.budgets[pair[0]], outcome.seqs_values[pair[1]]
+        _say(events, f"max-num-seqs {seqs}, budget {budget}")
+        one = dataclasses.replace(seqs_config(config, seqs), budgets=(budget,), exhaustive=True)
+        one.run_dir.mkdir(exist_ok=True)
+        rounds = await verify_in_rounds(
+            one, traffic, dataclasses.replace(candidates, budgets=(budget,)),
+            {budget: outcome.predictions[(budget, seqs)]}, outcome.measured[seqs],
+            executor=executor, slots=(Slot(0),), events=round_events, on_point=events.on_point,
+        )  # fmt: skip
+        outcome.launches += rounds.launches
+        point = outcome.measured[seqs][budget]
+        if not point.is_measured:
+            return None
+        return Verdict(bool(point.tbt_ok), bool(point.ttft_ok))
+
+    state = outcome.state
+    if config.exhaustive:
+        for every in list(state.pairs()):
+            state.record(every, await verify(every))
+    else:
+        while (pair := next_pair(state, predicted)) is not None:
+            state.record(pair, await verify(pair))
+    return _finish(config, candidates, outcome, executor, time.perf_counter() - started)
+
+
+def _predicted_grid(config: SweepConfig, traffic: Traffic, candidates: Candidates) -> PairsOutcome:
+    """Every pair predicted by the simulator, at the replays' traffic."""
+    values = config.max_num_seqs_values
+    predictions = {}
+    for seqs in values:
+        scheduler = dataclasses.replace(config.scheduler, max_num_seqs=seqs)
+        for budget in candidates.budgets:
+            predictions[(budget, seqs)] = predict(
+                traffic.schedule, config.step_model, scheduler, budget, q=config.quantile,
+                warmup_requests=config.run.warmup_requests, concurrency=config.run.concurrency,
+            )  # fmt: skip
+    return PairsOutcome(
+        budgets=candidates.budgets,
+        seqs_values=values,
+        predictions=predictions,
+        measured={seqs: {} for seqs in values},
+        state=PairState(len(candidates.budgets), len(values)),
+    )
+
+
+def _judged(config: SweepConfig, prediction: Prediction) -> tuple[bool, bool]:
+    judgement = config.slo.judge_at(prediction.tbt_s, prediction.ttft_s)
+    return judgement.tbt_ok, judgement.ttft_ok
+
+
+def _finish(
+    config: SweepConfig,
+    candidates: Candidates,
+    outcome: PairsOutcome,
+    executor: Executor,
+    wall_s: float,
+) -> SweepResult:
+    """The verdict on the chosen max-num-seqs value's budgets (the smallest value when no pair
+    meets both SLOs: there TBT is lowest), with the second knob's reasons, and the outputs."""
+    chosen = outcome.chosen
+    seqs = chosen[1] if chosen else outcome.seqs_values[0]
+    at_seqs = dataclasses.replace(seqs_config(config, seqs), run_dir=config.run_dir)
+    points = sorted(outcome.measured[seqs].values(), key=lambda point: point.budget)
+    predictions = {b: p for (b, s), p in outcome.predictions.items() if s == seqs}
+    one_knob = recommend(
+        points, slo_tbt_s=config.slo_tbt_s, slo_ttft_s=config.slo_ttft_s,
+        percentile=config.percentile, rate_per_s=config.rate_per_s, default_budget=None,
+        candidates=candidates, asked_rate_per_s=config.asked_rate_per_s,
+        requests=config.requests, concurrency=config.run.concurrency,
+    )  # fmt: skip
+    recommendation = _with_second_knob(one_knob, outcome, config.percentile)
+    facts = RunFacts(outcome.launches, outcome.launches, 1, executor.name, wall_s)
+    document = recommendation_document(
+        at_seqs, candidates, predictions, points, recommendation, facts
+    )
+    document["max_num_seqs"] = seqs if chosen else None
+    document[PAIRS_KEY] = outcome.to_json()
+    files = write_run_folder(at_seqs, recommendation, document, points)
+    return SweepResult(
+        candidates, predictions, points, recommendation, outcome.launches, wall_s, files, document
+    )
+
+
+def _with_second_knob(
+    one_knob: Recommendation, outcome: PairsOutcome, percentile: float
+) -> Recommendation:
+    """The one-knob verdict at the chosen value, told as a pair: the headline names both
+    knobs, and the reasons say why larger budgets and the other max-num-seqs values lost."""
+    chosen = outcome.chosen
+    if chosen is None:
+        tried = ", ".join(map(str, outcome.seqs_values))
+        return dataclasses.replace(
+            one_knob,
+            headline=f"No budget meets both SLOs at any max-num-seqs tried ({tried}).",
+            reasons=(
+                f"Shown: max-num-seqs {outcome.seqs_values[0]}, the smallest, where TBT is lowest.",
+                *one_knob.reasons,
+            ),
+        )
+    budget, seqs = chosen
+    prefix = f"Recommended: {budget}."
+    assert one_knob.headline.startswith(prefix), one_knob.headline
+    headline = (
+        f"Recommended: budget {budget} with max-num-seqs {seqs}." + one_knob.headline[len(prefix) :]
+    )
+    reasons = [*_seqs_reasons(outcome, budget, seqs, f"p{percentile:g}")]
+    if budget < max(outcome.budgets):
+        reasons.append(
+            f"No budget above {budget} meets both SLOs at any max-num-seqs tried "
+            f"({', '.join(map(str, outcome.seqs_values))})."
+        )
+    return dataclasses.replace(one_knob, headline=headline, reasons=(*reasons, *one_knob.reasons))
+
+
+def _seqs_reasons(outcome: PairsOutcome, budget: int, seqs: int, p: str) -> list[str]:
+    """Why the other max-num-seqs values lost at the chosen budget: the next larger one breaks
+    an SLO (measured, or implied by a measured pair); the smaller ones leave less headroom."""
+    reasons = []
+    larger = [s for s in outcome.seqs_values if s > seqs]
+    if larger:
+        point = outcome.measured[larger[0]].get(budget)
+        if point is not None and point.is_measured:
+            reasons.append(f"At {budget}, max-num-seqs {larger[0]} {_breaks(point, p)}.")
+        else:
+            reasons.append(
+                f"At {budget}, max-num-seqs {larger[0]} is ruled out by a measured neighbour "
+                "(more running sequences only raise TBT)."
+            )
+    smaller = [s for s in outcome.seqs_values if s < seqs]
+    if smaller:
+        reasons.append(
+            f"Smaller max-num-seqs values ({', '.join(map(str, smaller))}) admit fewer requests "
+            "at once: less headroom for bursts, longer queues for the first token."
+        )
+    return reasons
+
+
+def _breaks(point: Point, p: str) -> str:
+    parts = []
+    if not point.tbt_ok:
+        parts.append(f"{p} TBT ({format_ms(point.tbt_ms, missing='failed requests')})")
+    if not point.ttft_ok:
+        parts.append(f"{p} TTFT ({format_ms(point.ttft_ms, missing='failed requests')})")
+    return "breaks " + " and ".join(parts) if parts else "meets both SLOs"
+
+
+def _say(events: SweepEvents, text: str) -> None:
+    if events.on_message:
+        events.on_message(text)
+
+
+def measured_pairs(outcome: PairsOutcome) -> Mapping[tuple[int, int], Point]:
+    """Every pair measured, (budget, max-num-seqs) -> its point."""
+    return {
+        (budget, seqs): point
+        for seqs, by_budget in outcome.measured.items()
+        for budget, point in by_budget.items()
+    }
