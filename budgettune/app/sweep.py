@@ -47,6 +47,7 @@ from budgettune.profiling.plan import ProgressFn
 from budgettune.trace.schedule import Schedule
 from budgettune.tune.candidates import Candidates, budget_candidates
 from budgettune.tune.goodput import GoodputResult, find_goodput
+from budgettune.tune.pair_grid import PairsOutcome
 from budgettune.tune.point import (
     AtSlo,
     Goodput,
@@ -88,6 +89,7 @@ class SweepResult:
     wall_s: float
     files: dict[str, Path]
     document: dict[str, object]  # what recommendation.json holds
+    pairs: PairsOutcome | None = None  # two knobs: the (budget, max-num-seqs) grid
 
     @property
     def engine_failure(self) -> Point | None:

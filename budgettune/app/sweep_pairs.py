@@ -11,10 +11,9 @@ chosen value's, with ``max_num_seqs`` beside ``budget`` and every pair in ``pair
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
 
 from budgettune.app.executors import Executor, InProcess, RoundEvents
 from budgettune.app.rounds import verify_in_rounds
@@ -22,65 +21,15 @@ from budgettune.app.slots import Slot
 from budgettune.app.sweep import SweepEvents, SweepResult, plan, write_run_folder
 from budgettune.app.traffic import Traffic
 from budgettune.artifacts.recommendation import RunFacts, recommendation_document
-from budgettune.core.units import format_ms, ms_or_none
+from budgettune.core.units import format_ms
 from budgettune.tune.candidates import Candidates
+from budgettune.tune.pair_grid import PAIRS_KEY, PairsOutcome
 from budgettune.tune.pair_search import Pair, PairState, next_pair
 from budgettune.tune.point import Point
 from budgettune.tune.predict import Prediction, predict
 from budgettune.tune.select import Recommendation, recommend
 from budgettune.tune.strategy import Verdict
 from budgettune.tune.sweep_config import SweepConfig
-
-PAIRS_KEY = "pairs"  # recommendation.json: every pair predicted, and what was measured
-
-
-@dataclass(slots=True)
-class PairsOutcome:
-    """The two-knob search's grid: budgets and max-num-seqs values (ascending), the prediction
-    of every pair, the points measured (by max-num-seqs value, then budget), the search's state
-    and the engine launches it made."""
-
-    budgets: tuple[int, ...]
-    seqs_values: tuple[int, ...]
-    predictions: dict[tuple[int, int], Prediction]  # (budget, max-num-seqs) -> prediction
-    measured: dict[int, dict[int, Point]]
-    state: PairState
-    launches: int = 0
-
-    @property
-    def chosen(self) -> tuple[int, int] | None:
-        """(budget, max-num-seqs) of the answer (None: no pair meets both SLOs)."""
-        best = self.state.best
-        return None if best is None else (self.budgets[best[0]], self.seqs_values[best[1]])
-
-    def to_json(self) -> dict[str, object]:
-        """recommendation.json's ``pairs``: the grid, its answer, and one entry per pair."""
-        entries = []
-        for (budget, seqs), prediction in sorted(self.predictions.items()):
-            point = self.measured[seqs].get(budget)
-            known = self.state.feasible((self.budgets.index(budget), self.seqs_values.index(seqs)))
-            entries.append({
-                "budget": budget,
-                "max_num_seqs": seqs,
-                "predicted_tbt_ms": ms_or_none(prediction.tbt_s),
-                "predicted_ttft_ms": ms_or_none(prediction.ttft_s),
-                "measured": point is not None and point.is_measured,
-                "status": None if point is None else point.status.value,
-                "tbt_ms": None if point is None else point.tbt_ms,
-                "ttft_ms": None if point is None else point.ttft_ms,
-                "ok": None if point is None or not point.is_measured else point.ok,
-                "feasible": known,  # measured or implied by a measured neighbour (None: open)
-                "folder": None if point is None else f"seqs-{seqs}",
-            })  # fmt: skip
-        chosen = self.chosen
-        return {
-            "budgets": list(self.budgets),
-            "max_num_seqs": list(self.seqs_values),
-            "chosen": None if chosen is None else {"budget": chosen[0], "max_num_seqs": chosen[1]},
-            "launches": self.launches,
-            "grid_launches": len(self.budgets) * len(self.seqs_values),
-            "entries": entries,
-        }
 
 
 def seqs_config(config: SweepConfig, seqs: int) -> SweepConfig:
@@ -94,6 +43,18 @@ def seqs_config(config: SweepConfig, seqs: int) -> SweepConfig:
         max_num_seqs_values=(),
         default_budget=None,
     )
+
+
+def run_pair_sweep_to_end(
+    config: SweepConfig,
+    traffic: Traffic,
+    events: SweepEvents | None = None,
+    *,
+    executor: Executor | None = None,
+) -> SweepResult:
+    """:func:`run_pair_sweep` on an event loop of its own, to its end (as
+    :func:`budgettune.app.sweep.run_sweep_to_end` for one knob)."""
+    return asyncio.run(run_pair_sweep(config, traffic, events, executor=executor))
 
 
 async def run_pair_sweep(
@@ -204,7 +165,15 @@ def _finish(
     document[PAIRS_KEY] = outcome.to_json()
     files = write_run_folder(at_seqs, recommendation, document, points)
     return SweepResult(
-        candidates, predictions, points, recommendation, outcome.launches, wall_s, files, document
+        candidates,
+        predictions,
+        points,
+        recommendation,
+        outcome.launches,
+        wall_s,
+        files,
+        document,
+        pairs=outcome,
     )
 
 
@@ -274,12 +243,3 @@ def _breaks(point: Point, p: str) -> str:
 def _say(events: SweepEvents, text: str) -> None:
     if events.on_message:
         events.on_message(text)
-
-
-def measured_pairs(outcome: PairsOutcome) -> Mapping[tuple[int, int], Point]:
-    """Every pair measured, (budget, max-num-seqs) -> its point."""
-    return {
-        (budget, seqs): point
-        for seqs, by_budget in outcome.measured.items()
-        for budget, point in by_budget.items()
-    }

@@ -29,6 +29,7 @@ from budgettune.core.errors import UserError
 from budgettune.core.fields import Fields, check_schema, read_json_object
 from budgettune.core.files import write_atomic
 from budgettune.tune.candidates import Candidates
+from budgettune.tune.pair_grid import PairGrid, read_pair_grid
 from budgettune.tune.point import Point, Predicted
 from budgettune.tune.predict import Prediction
 from budgettune.tune.select import Recommendation
@@ -213,6 +214,7 @@ class SweepDocument:
     command: tuple[str, ...] = ()
     budgettune_version: str | None = None
     raw: Mapping[str, Any] = field(default_factory=dict)  # as read (app.report's profile part)
+    pairs: PairGrid | None = None  # sweep --max-num-seqs A,B,C: the two-knob grid
 
 
 def read_recommendation(path: Path) -> SweepDocument:
@@ -286,6 +288,7 @@ def _document(
         )
         if predicted is not None:
             predictions[int(key)] = predicted
+    pairs = fields.child_or_none("pairs")
     source = fields.text_or_none("model_source")
     kind_text = fields.text_or_none("model_source_kind")
     try:
@@ -321,6 +324,7 @@ def _document(
         command=tuple(str(a) for a in fields.data.get("command") or ()),
         budgettune_version=fields.text_or_none("budgettune_version"),
         raw=fields.data,
+        pairs=None if pairs is None else read_pair_grid(pairs),
     )
 
 

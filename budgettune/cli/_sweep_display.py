@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # the live runner (httpx) and the sweep pipeline load when th
     from budgettune.app.sweep import SweepResult
     from budgettune.app.sweep_setup import PreparedSweep
     from budgettune.loadgen.runner import RunProgress
+    from budgettune.tune.pair_grid import PairsOutcome
     from budgettune.tune.point import Point
     from budgettune.tune.sweep_config import SweepConfig
 
@@ -63,6 +64,7 @@ def run_with_progress(prepared: PreparedSweep, executor: Executor) -> SweepResul
     """The sweep with its live display: one line for the sweep, and a replay bar (one slot) or
     one line per slot."""
     from budgettune.app.sweep import SweepEvents, run_sweep_to_end
+    from budgettune.app.sweep_pairs import run_pair_sweep_to_end
 
     config, traffic, finished = prepared.config, prepared.traffic, prepared.finished
     slots = prepared.slots.slots
@@ -136,11 +138,7 @@ def run_with_progress(prepared: PreparedSweep, executor: Executor) -> SweepResul
             on_round=on_round,
         )  # fmt: skip
         if config.max_num_seqs_values:  # two knobs: the budget with max-num-seqs
-            import asyncio
-
-            from budgettune.app.sweep_pairs import run_pair_sweep
-
-            return asyncio.run(run_pair_sweep(config, traffic, events, executor=executor))
+            return run_pair_sweep_to_end(config, traffic, events, executor=executor)
         return run_sweep_to_end(config, traffic, events, finished, slots=slots, executor=executor)
 
 
@@ -194,9 +192,8 @@ def _goodput_cell(point: Point) -> str:
 
 
 def print_result(result: SweepResult, config: SweepConfig) -> None:
-    pairs = result.document.get("pairs")
-    if isinstance(pairs, dict):  # two knobs: the grid, then the chosen value's budgets
-        _print_pairs(pairs, config)
+    if result.pairs is not None:  # two knobs: the grid, then the chosen value's budgets
+        _print_pairs(result.pairs, config)
         config = dataclasses.replace(config, default_budget=None)
     p = f"p{config.percentile:g}"
     load = (
@@ -290,37 +287,35 @@ def _progress() -> Progress:
     )
 
 
-def _print_pairs(pairs: dict[str, Any], config: SweepConfig) -> None:
+def _print_pairs(grid: PairsOutcome, config: SweepConfig) -> None:
     """The two-knob grid: one row per budget, one column per max-num-seqs value; each cell the
     measured p-TBT / p-TTFT and verdict, or what the search inferred without measuring it."""
     p = f"p{config.percentile:g}"
     table = Table(
-        title=f"{p} TBT / TTFT ms by budget and max-num-seqs ({pairs['launches']} of "
-        f"{pairs['grid_launches']} pairs launched)",
+        title=f"{p} TBT / TTFT ms by budget and max-num-seqs ({grid.launches} of "
+        f"{len(grid.predictions)} pairs launched)",
         box=box.SIMPLE_HEAD,
     )
     table.add_column("budget", justify="right")
-    for seqs in pairs["max_num_seqs"]:
+    for seqs in grid.seqs_values:
         table.add_column(f"seqs {seqs}", justify="right")
-    chosen = pairs["chosen"] or {}
-    cells = {(e["budget"], e["max_num_seqs"]): e for e in pairs["entries"]}
-    for budget in pairs["budgets"]:
+    for i, budget in enumerate(grid.budgets):
         row = [str(budget)]
-        for seqs in pairs["max_num_seqs"]:
-            entry = cells[(budget, seqs)]
-            if entry["measured"]:
+        for j, seqs in enumerate(grid.seqs_values):
+            point = grid.measured[seqs].get(budget)
+            if point is not None and point.is_measured:
                 figures = (
-                    f"{format_ms(entry['tbt_ms'], unit=False)} / "
-                    f"{format_ms(entry['ttft_ms'], unit=False)}"
+                    f"{format_ms(point.tbt_ms, unit=False)} / "
+                    f"{format_ms(point.ttft_ms, unit=False)}"
                 )
-                mark = "[green]pass[/green]" if entry["ok"] else "[red]fail[/red]"
-                if chosen == {"budget": budget, "max_num_seqs": seqs}:
+                mark = "[green]pass[/green]" if point.ok else "[red]fail[/red]"
+                if grid.chosen == (budget, seqs):
                     mark = "[bold green]chosen[/bold green]"
                 row.append(f"{figures}\n{mark}")
-            elif entry["status"] is not None:
-                row.append(f"[red]{entry['status']}[/red]")
+            elif point is not None:
+                row.append(f"[red]{point.status.value}[/red]")
             else:
                 implied = {True: "meets (implied)", False: "fails (implied)", None: "-"}
-                row.append(f"[dim]{implied[entry['feasible']]}[/dim]")
+                row.append(f"[dim]{implied[grid.state.feasible((i, j))]}[/dim]")
         table.add_row(*row)
     console.print(table)

@@ -18,6 +18,7 @@ from plotly.offline import get_plotlyjs
 from budgettune.core.files import check_overwrite, make_folder, write_atomic
 from budgettune.core.units import format_ms
 from budgettune.report.charts import Chart, profile_chart
+from budgettune.report.charts_pairs import pair_heatmap_chart
 from budgettune.report.charts_run import arrival_rate_chart, timeline_chart, workload_lengths_chart
 from budgettune.report.charts_sweep import (
     cdf_chart,
@@ -249,6 +250,9 @@ def collect_charts(report: ReportInput) -> list[tuple[str, Chart]]:
     charts: list[tuple[str, Chart | None]] = []
     if report.profile is not None and report.profile.curves:
         charts.append(("profile", profile_chart(report.profile)))
+    if report.pairs is not None:
+        charts.append(("pairs", pair_heatmap_chart(report.pairs, "tbt")))
+        charts.append(("pairs", pair_heatmap_chart(report.pairs, "ttft")))
     sweep = report.sweep
     if sweep is not None and sweep.points:
         numeric = sweep.numeric_points()
@@ -276,6 +280,7 @@ def collect_charts(report: ReportInput) -> list[tuple[str, Chart]]:
 
 _SECTIONS = (
     ("profile", "Profile: iteration time against tokens"),
+    ("pairs", "The budget with max-num-seqs"),
     ("sweep", "Budgets against the SLOs"),
     ("workload", "Workload"),
     ("timeline", "One replay's token timeline"),

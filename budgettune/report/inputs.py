@@ -132,6 +132,35 @@ class SweepInput:
 
 
 @dataclass(slots=True, frozen=True)
+class PairCellInput:
+    """One (budget, max-num-seqs) pair: its percentile TBT and TTFT, measured when it was
+    launched (``measured``), else predicted by the simulator; ``passed``: the verdict on both
+    SLOs, from its own replay when measured, else implied by a measured neighbour (None:
+    neither)."""
+
+    budget_tokens: int
+    max_num_seqs: int
+    tbt_ms: float | None
+    ttft_ms: float | None
+    measured: bool
+    passed: bool | None
+
+
+@dataclass(slots=True, frozen=True)
+class PairGridInput:
+    """The budget tuned with max-num-seqs: every pair, the chosen one and the launches made."""
+
+    budgets: tuple[int, ...]
+    seqs_values: tuple[int, ...]
+    cells: tuple[PairCellInput, ...]
+    chosen: tuple[int, int] | None
+    launches: int
+    slo_tbt_ms: float | None = None
+    slo_ttft_ms: float | None = None
+    percentile: float = 99.0
+
+
+@dataclass(slots=True, frozen=True)
 class ProfileCurve:
     """Prefill-only iteration time against tokens from one source (an engine, torch, the model).
 
@@ -250,6 +279,7 @@ class ReportInput:
     verdict: Verdict | None = None
     profile: ProfileInput | None = None
     sweep: SweepInput | None = None
+    pairs: PairGridInput | None = None  # the budget tuned with max-num-seqs
     workload: WorkloadInput | None = None
     timeline: TimelineInput | None = None
     provenance: Provenance = field(default_factory=Provenance)

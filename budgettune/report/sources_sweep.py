@@ -37,6 +37,8 @@ from budgettune.core.errors import UserError
 from budgettune.loadgen.runner import LiveRecord
 from budgettune.report.inputs import (
     BudgetPoint,
+    PairCellInput,
+    PairGridInput,
     Percentiles,
     Provenance,
     ReportInput,
@@ -59,6 +61,7 @@ from budgettune.report.sources import (
     workload_from_records,
 )
 from budgettune.tune.candidates import ridge_text
+from budgettune.tune.pair_grid import PairGrid
 from budgettune.tune.point import PercentilesMs, Point, Predicted, Status
 from budgettune.tune.sweep_config import ModelSourceKind
 
@@ -341,6 +344,7 @@ def _sweep_report(
         kind="sweep",
         verdict=verdict,
         sweep=sweep,
+        pairs=None if document.pairs is None else pair_grid_input(document.pairs, slo),
         workload=workload_from_records(records) if records else None,
         timeline=(
             timeline_from_records(records, f"Token timeline, budget {best.budget}", slo.tbt_ms)
@@ -364,6 +368,32 @@ def _sweep_report(
         notes=tuple(notes),
     )
     return report, {**document.raw, "settings": dict(settings)}
+
+
+def pair_grid_input(grid: PairGrid, slo: Slo) -> PairGridInput:
+    """The two-knob grid for the page: each pair's measured figures where it was launched,
+    else the simulator's."""
+    cells = tuple(
+        PairCellInput(
+            budget_tokens=cell.budget,
+            max_num_seqs=cell.max_num_seqs,
+            tbt_ms=cell.tbt_ms if cell.measured else cell.predicted_tbt_ms,
+            ttft_ms=cell.ttft_ms if cell.measured else cell.predicted_ttft_ms,
+            measured=cell.measured,
+            passed=cell.ok if cell.measured else cell.feasible,
+        )
+        for cell in grid.cells
+    )
+    return PairGridInput(
+        budgets=grid.budgets,
+        seqs_values=grid.seqs_values,
+        cells=cells,
+        chosen=grid.chosen,
+        launches=grid.launches,
+        slo_tbt_ms=slo.tbt_ms,
+        slo_ttft_ms=slo.ttft_ms,
+        percentile=slo.percentile,
+    )
 
 
 def _run_files(

@@ -80,7 +80,7 @@ ENGINE_GROUP = (
     Row("--model", "llama-3.1-8b", argv=("--model", "llama-3.1-8b"),
         yaml='model: "llama-3.1-8b"', saved=("model", "llama-3.1-8b")),
     Row("--max-num-seqs", "24", argv=("--max-num-seqs", "24"), yaml="max-num-seqs: 24",
-        saved=("max_num_seqs", 24)),
+        saved=("max_num_seqs", "24")),  # the text given: --max-num-seqs takes a list
     Row("--max-model-len", "16384", argv=("--max-model-len", "16384"),
         yaml="max-model-len: 16384"),
     Row("--tensor-parallel-size", "1", argv=("--tensor-parallel-size", "1"),

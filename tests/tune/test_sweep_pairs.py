@@ -62,3 +62,12 @@ def test_the_pair_search_finds_the_grids_pair_with_half_its_launches(
     ]
     assert {p["budget"] for p in measured_at_64} >= {1024, 2048}
     assert all(p["engine"]["max_num_seqs"] == 64 for p in measured_at_64)
+    # the report draws both knobs, and `budgettune report` rebuilds the same page
+    page = (tmp_path / "search" / "report.html").read_text()
+    assert 'id="chart-pairs-tbt"' in page and 'id="chart-pairs-ttft"' in page
+    rebuilt = subprocess.run(
+        [*budgettune_cmd, "report", str(tmp_path / "search"), "-o", str(tmp_path / "again.html")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert (tmp_path / "again.html").read_text().count("chart-pairs-") == page.count("chart-pairs-")

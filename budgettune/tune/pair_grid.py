@@ -1,0 +1,156 @@
+"""The two-knob search's grid as measured: every (budget, max-num-seqs) pair's prediction, the
+points measured, what the search proved, and how ``recommendation.json`` records it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from budgettune.core.fields import Fields
+from budgettune.core.units import ms_or_none
+from budgettune.tune.pair_search import PairState
+from budgettune.tune.point import Point
+from budgettune.tune.predict import Prediction
+
+PAIRS_KEY = "pairs"  # recommendation.json: every pair predicted, and what was measured
+
+
+@dataclass(slots=True)
+class PairsOutcome:
+    """The two-knob search's grid: budgets and max-num-seqs values (ascending), the prediction
+    of every pair, the points measured (by max-num-seqs value, then budget), the search's state
+    and the engine launches it made."""
+
+    budgets: tuple[int, ...]
+    seqs_values: tuple[int, ...]
+    predictions: dict[tuple[int, int], Prediction]  # (budget, max-num-seqs) -> prediction
+    measured: dict[int, dict[int, Point]]
+    state: PairState
+    launches: int = 0
+
+    @property
+    def chosen(self) -> tuple[int, int] | None:
+        """(budget, max-num-seqs) of the answer (None: no pair meets both SLOs)."""
+        best = self.state.best
+        return None if best is None else (self.budgets[best[0]], self.seqs_values[best[1]])
+
+    def grid(self) -> PairGrid:
+        """What recommendation.json records of the search: one cell per pair."""
+        cells = []
+        for (budget, seqs), prediction in sorted(self.predictions.items()):
+            point = self.measured[seqs].get(budget)
+            measured = point is not None and point.is_measured
+            cells.append(PairCell(
+                budget=budget,
+                max_num_seqs=seqs,
+                predicted_tbt_ms=ms_or_none(prediction.tbt_s),
+                predicted_ttft_ms=ms_or_none(prediction.ttft_s),
+                measured=measured,
+                status=None if point is None else point.status.value,
+                tbt_ms=None if point is None else point.tbt_ms,
+                ttft_ms=None if point is None else point.ttft_ms,
+                ok=point.ok if point is not None and measured else None,
+                feasible=self.state.feasible(
+                    (self.budgets.index(budget), self.seqs_values.index(seqs))
+                ),
+            ))  # fmt: skip
+        return PairGrid(self.budgets, self.seqs_values, self.chosen, self.launches, tuple(cells))
+
+    def to_json(self) -> dict[str, object]:
+        """recommendation.json's ``pairs``."""
+        return self.grid().to_json()
+
+
+@dataclass(slots=True, frozen=True)
+class PairCell:
+    """One pair of the grid as recorded: its prediction, and its measurement when it was
+    launched (``status``: the point's, None when not launched). ``feasible``: whether it meets
+    both SLOs, measured or implied by a measured neighbour (None: not known)."""
+
+    budget: int
+    max_num_seqs: int
+    predicted_tbt_ms: float | None
+    predicted_ttft_ms: float | None
+    measured: bool
+    status: str | None
+    tbt_ms: float | None
+    ttft_ms: float | None
+    ok: bool | None
+    feasible: bool | None
+
+
+@dataclass(slots=True, frozen=True)
+class PairGrid:
+    """The two-knob grid as recorded in recommendation.json's ``pairs``: budgets and max-num-seqs
+    values ascending, the chosen (budget, max-num-seqs) or None, the engine launches made."""
+
+    budgets: tuple[int, ...]
+    seqs_values: tuple[int, ...]
+    chosen: tuple[int, int] | None
+    launches: int
+    cells: tuple[PairCell, ...]
+
+    def cell(self, budget: int, seqs: int) -> PairCell | None:
+        return next((c for c in self.cells if (c.budget, c.max_num_seqs) == (budget, seqs)), None)
+
+    def to_json(self) -> dict[str, object]:
+        chosen = self.chosen
+        return {
+            "budgets": list(self.budgets),
+            "max_num_seqs": list(self.seqs_values),
+            "chosen": None if chosen is None else {"budget": chosen[0], "max_num_seqs": chosen[1]},
+            "launches": self.launches,
+            "grid_launches": len(self.budgets) * len(self.seqs_values),
+            "entries": [
+                {
+                    "budget": c.budget,
+                    "max_num_seqs": c.max_num_seqs,
+                    "predicted_tbt_ms": c.predicted_tbt_ms,
+                    "predicted_ttft_ms": c.predicted_ttft_ms,
+                    "measured": c.measured,
+                    "status": c.status,
+                    "tbt_ms": c.tbt_ms,
+                    "ttft_ms": c.ttft_ms,
+                    "ok": c.ok,
+                    "feasible": c.feasible,
+                    "folder": None if c.status is None else f"seqs-{c.max_num_seqs}",
+                }
+                for c in self.cells
+            ],
+        }
+
+
+def read_pair_grid(fields: Fields) -> PairGrid:
+    """recommendation.json's ``pairs``, validated (UserError naming the field otherwise)."""
+    budgets = tuple(_positive_ints(fields, "budgets"))
+    seqs_values = tuple(_positive_ints(fields, "max_num_seqs"))
+    chosen_fields = fields.child_or_none("chosen")
+    chosen = (
+        None
+        if chosen_fields is None
+        else (chosen_fields.integer("budget"), chosen_fields.integer("max_num_seqs"))
+    )
+    cells = []
+    for index, item in enumerate(fields.items("entries")):
+        entry = Fields.of(item, f"{fields.where}.entries[{index}]")
+        cells.append(PairCell(
+            budget=entry.integer("budget", minimum=1),
+            max_num_seqs=entry.integer("max_num_seqs", minimum=1),
+            predicted_tbt_ms=entry.number_or_none("predicted_tbt_ms"),
+            predicted_ttft_ms=entry.number_or_none("predicted_ttft_ms"),
+            measured=entry.flag("measured"),
+            status=entry.text_or_none("status"),
+            tbt_ms=entry.number_or_none("tbt_ms"),
+            ttft_ms=entry.number_or_none("ttft_ms"),
+            ok=entry.flag_or_none("ok"),
+            feasible=entry.flag_or_none("feasible"),
+        ))  # fmt: skip
+    return PairGrid(
+        budgets, seqs_values, chosen, fields.integer("launches", minimum=0), tuple(cells)
+    )
+
+
+def _positive_ints(fields: Fields, name: str) -> list[int]:
+    values = fields.items(name)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values):
+        fields.fail(name, "a list of positive whole numbers", values)
+    return [int(v) for v in values]
