@@ -66,7 +66,7 @@ def launch_spec(
     if share is not None:
         check_share(share, field="gpu_memory_utilization")
     seqs = max_num_seqs_values(launch)
-    if len(seqs) > 1 and not several_seqs:
+    if (len(seqs) > 1 or seqs_auto(launch)) and not several_seqs:
         raise SpecError(f"one value here, got {launch.max_num_seqs!r}", field="max_num_seqs")
     if launch.tensor_parallel_size is not None:
         check_count(launch.tensor_parallel_size, field="tensor_parallel_size", maximum=MAX_GPUS)
@@ -107,11 +107,24 @@ def launch_spec(
     )
 
 
+SEQS_AUTO = "auto"  # --max-num-seqs auto: sweep picks the values it tunes with the budget
+
+
+def seqs_auto(launch: LaunchRequest) -> bool:
+    """Whether --max-num-seqs asks the sweep to pick the values it tunes (``auto``)."""
+    return (launch.max_num_seqs or "").strip().lower() == SEQS_AUTO
+
+
+def tunes_seqs(launch: LaunchRequest) -> bool:
+    """Whether --max-num-seqs asks for a second knob: several values, or ``auto``."""
+    return seqs_auto(launch) or len(max_num_seqs_values(launch)) > 1
+
+
 def max_num_seqs_values(launch: LaunchRequest) -> tuple[int, ...]:
-    """The --max-num-seqs values given, ascending and without repeats (empty: none given).
-    Raises SpecError naming ``max_num_seqs`` for a value that is not a whole number in
-    [1, MAX_SEQS]."""
-    if launch.max_num_seqs is None:
+    """The --max-num-seqs values given, ascending and without repeats (empty: none given, or
+    ``auto``). Raises SpecError naming ``max_num_seqs`` for a value that is not a whole number
+    in [1, MAX_SEQS]."""
+    if launch.max_num_seqs is None or seqs_auto(launch):
         return ()
     values = parse_int_list(launch.max_num_seqs, field="max_num_seqs", maximum=MAX_SEQS)
     return tuple(sorted(set(values)))

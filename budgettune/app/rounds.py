@@ -91,7 +91,7 @@ async def verify_in_rounds(
         outcome.launches += len(pairs)
         if on_round is not None:
             on_round(outcome.rounds, pairs)
-        ports = _distinct_free_ports(len(pairs)) if k > 1 else [config.base_spec.port]
+        ports = distinct_free_ports(len(pairs)) if k > 1 else [config.base_spec.port]
         jobs = [
             SlotJob(
                 config=config,
@@ -183,7 +183,7 @@ def _ok(config: SweepConfig, prediction: Prediction) -> tuple[bool, bool]:
     return judgement.tbt_ok, judgement.ttft_ok
 
 
-def _distinct_free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+def distinct_free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     """``count`` ports free on ``host`` now, all different: every socket is held open until all
     are bound, so no two slots of a round can be given one port."""
     with ExitStack() as stack:

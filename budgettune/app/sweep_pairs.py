@@ -14,18 +14,21 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections.abc import Sequence
+from pathlib import Path
 
 from budgettune.app.executors import Executor, InProcess, RoundEvents
-from budgettune.app.rounds import verify_in_rounds
+from budgettune.app.rounds import distinct_free_ports, verify_in_rounds
 from budgettune.app.slots import Slot
 from budgettune.app.sweep import SweepEvents, SweepResult, plan, write_run_folder
 from budgettune.app.traffic import Traffic
 from budgettune.artifacts.recommendation import RunFacts, recommendation_document
+from budgettune.artifacts.runfolder import load_points
 from budgettune.core.units import format_ms
 from budgettune.tune.candidates import Candidates
-from budgettune.tune.pair_grid import PAIRS_KEY, PairsOutcome
-from budgettune.tune.pair_search import Pair, PairState, next_pair
-from budgettune.tune.point import Point
+from budgettune.tune.pair_grid import PAIRS_KEY, PairsOutcome, seqs_candidates
+from budgettune.tune.pair_search import Pair, PairState, next_pairs
+from budgettune.tune.point import Point, Status
 from budgettune.tune.predict import Prediction, predict
 from budgettune.tune.select import Recommendation, recommend
 from budgettune.tune.strategy import Verdict
@@ -41,6 +44,7 @@ def seqs_config(config: SweepConfig, seqs: int) -> SweepConfig:
         scheduler=dataclasses.replace(config.scheduler, max_num_seqs=seqs),
         run_dir=config.run_dir / f"seqs-{seqs}",
         max_num_seqs_values=(),
+        max_num_seqs_auto=False,
         default_budget=None,
     )
 
@@ -51,10 +55,11 @@ def run_pair_sweep_to_end(
     events: SweepEvents | None = None,
     *,
     executor: Executor | None = None,
+    slots: Sequence[Slot] = (Slot(0),),
 ) -> SweepResult:
     """:func:`run_pair_sweep` on an event loop of its own, to its end (as
     :func:`budgettune.app.sweep.run_sweep_to_end` for one knob)."""
-    return asyncio.run(run_pair_sweep(config, traffic, events, executor=executor))
+    return asyncio.run(run_pair_sweep(config, traffic, events, executor=executor, slots=slots))
 
 
 async def run_pair_sweep(
@@ -63,18 +68,20 @@ async def run_pair_sweep(
     events: SweepEvents | None = None,
     *,
     executor: Executor | None = None,
+    slots: Sequence[Slot] = (Slot(0),),
 ) -> SweepResult:
     """Plan, search the pairs live (or every pair with ``config.exhaustive``), recommend, and
-    write the run folder (made by the caller, as for one knob)."""
+    write the run folder (made by the caller, as for one knob). With several ``slots``
+    (--parallel, --ray), each round verifies as many pairs side by side (:func:`next_pairs`)."""
     events = events or SweepEvents()
     executor = executor or InProcess()
     started = time.perf_counter()
     candidates, base_predictions, _ = plan(config, traffic.schedule)
     outcome = _predicted_grid(config, traffic, candidates)
+    _resumed(outcome, config.run_dir)
     if events.on_plan:
         events.on_plan(candidates, base_predictions)
-    _say(events, f"max-num-seqs: {', '.join(map(str, outcome.seqs_values))}, tuned with the "
-         f"budget ({len(outcome.predictions)} pairs)")  # fmt: skip
+    _say(events, _values_said(config, candidates, outcome))
     predicted = {
         (i, j): Verdict(*_judged(config, outcome.predictions[(budget, seqs)]))
         for i, budget in enumerate(outcome.budgets)
@@ -85,35 +92,85 @@ async def run_pair_sweep(
         on_start=events.on_start, on_ready=events.on_ready, on_launch=events.on_launch,
     )  # fmt: skip
 
-    async def verify(pair: Pair) -> Verdict | None:
+    async def verify(pair: Pair, slot: Slot, port: int | None) -> Verdict | None:
         budget, seqs = outcome.budgets[pair[0]], outcome.seqs_values[pair[1]]
         _say(events, f"max-num-seqs {seqs}, budget {budget}")
         one = dataclasses.replace(seqs_config(config, seqs), budgets=(budget,), exhaustive=True)
+        one = dataclasses.replace(one, base_spec=dataclasses.replace(one.base_spec, port=port))
         one.run_dir.mkdir(exist_ok=True)
         rounds = await verify_in_rounds(
             one, traffic, dataclasses.replace(candidates, budgets=(budget,)),
             {budget: outcome.predictions[(budget, seqs)]}, outcome.measured[seqs],
-            executor=executor, slots=(Slot(0),), events=round_events, on_point=events.on_point,
+            executor=executor, slots=(slot,), events=round_events, on_point=events.on_point,
         )  # fmt: skip
         outcome.launches += rounds.launches
-        point = outcome.measured[seqs][budget]
-        if not point.is_measured:
-            return None
-        return Verdict(bool(point.tbt_ok), bool(point.ttft_ok))
+        return _verdict(outcome.measured[seqs][budget])
 
-    state = outcome.state
+    async def verify_round(pairs: Sequence[Pair]) -> None:
+        """``pairs`` side by side, one slot each, on ports no two engines share."""
+        ports = distinct_free_ports(len(pairs)) if len(slots) > 1 else [config.base_spec.port]
+        tasks = [
+            asyncio.ensure_future(verify(pair, slots[i], ports[i])) for i, pair in enumerate(pairs)
+        ]
+        try:
+            verdicts = await asyncio.gather(*tasks)
+        except BaseException:  # Ctrl-C, a full disk: stop the other slots before going
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        for pair, verdict in zip(pairs, verdicts, strict=True):
+            outcome.state.record(pair, verdict)
+
+    state, k, rounds = outcome.state, len(slots), 0
     if config.exhaustive:
-        for every in list(state.pairs()):
-            state.record(every, await verify(every))
+        every = list(state.pairs())
+        for start in range(0, len(every), k):
+            rounds += 1
+            await verify_round(every[start : start + k])
     else:
-        while (pair := next_pair(state, predicted)) is not None:
-            state.record(pair, await verify(pair))
-    return _finish(config, candidates, outcome, executor, time.perf_counter() - started)
+        while picked := next_pairs(state, predicted, k):
+            rounds += 1
+            await verify_round(picked)
+    wall_s = time.perf_counter() - started
+    facts = RunFacts(outcome.launches, rounds, k, executor.name, wall_s)
+    return _finish(config, candidates, outcome, facts)
+
+
+def _values_said(config: SweepConfig, candidates: Candidates, outcome: PairsOutcome) -> str:
+    how = (
+        f" (auto: from half to four times the expected decode batch, "
+        f"{candidates.decode_batch:.0f}, and the engine's own limit, "
+        f"{config.scheduler.max_num_seqs})"
+        if config.max_num_seqs_auto
+        else ""
+    )
+    values = ", ".join(map(str, outcome.seqs_values))
+    return f"max-num-seqs: {values}{how}, tuned with the budget ({len(outcome.predictions)} pairs)"
+
+
+def _verdict(point: Point) -> Verdict | None:
+    """A measured point's verdict on each SLO (None: its engine failed, no verdict)."""
+    return Verdict(bool(point.tbt_ok), bool(point.ttft_ok)) if point.is_measured else None
+
+
+def _resumed(outcome: PairsOutcome, run_dir: Path) -> None:
+    """The pairs an interrupted run already measured (--resume), from each value's folder, into
+    the grid and the search's state: none is run again but those whose worker was lost."""
+    for j, seqs in enumerate(outcome.seqs_values):
+        for point in load_points(run_dir / f"seqs-{seqs}"):
+            if point.status is Status.LOST or point.budget not in outcome.budgets:
+                continue
+            outcome.measured[seqs][point.budget] = point
+            outcome.state.record((outcome.budgets.index(point.budget), j), _verdict(point))
 
 
 def _predicted_grid(config: SweepConfig, traffic: Traffic, candidates: Candidates) -> PairsOutcome:
-    """Every pair predicted by the simulator, at the replays' traffic."""
-    values = config.max_num_seqs_values
+    """Every pair predicted by the simulator, at the replays' traffic (``auto``'s values from
+    the plan's expected decode batch)."""
+    values = config.max_num_seqs_values or seqs_candidates(
+        candidates.decode_batch, config.scheduler.max_num_seqs
+    )
     predictions = {}
     for seqs in values:
         scheduler = dataclasses.replace(config.scheduler, max_num_seqs=seqs)
@@ -140,8 +197,7 @@ def _finish(
     config: SweepConfig,
     candidates: Candidates,
     outcome: PairsOutcome,
-    executor: Executor,
-    wall_s: float,
+    facts: RunFacts,
 ) -> SweepResult:
     """The verdict on the chosen max-num-seqs value's budgets (the smallest value when no pair
     meets both SLOs: there TBT is lowest), with the second knob's reasons, and the outputs."""
@@ -157,7 +213,6 @@ def _finish(
         requests=config.requests, concurrency=config.run.concurrency,
     )  # fmt: skip
     recommendation = _with_second_knob(one_knob, outcome, config.percentile)
-    facts = RunFacts(outcome.launches, outcome.launches, 1, executor.name, wall_s)
     document = recommendation_document(
         at_seqs, candidates, predictions, points, recommendation, facts
     )
@@ -170,7 +225,7 @@ def _finish(
         points,
         recommendation,
         outcome.launches,
-        wall_s,
+        facts.wall_s,
         files,
         document,
         pairs=outcome,

@@ -21,11 +21,14 @@ from typing import TYPE_CHECKING, Any
 from budgettune.app.baseline import Baseline
 from budgettune.app.client import ClientSettings, client_settings, without_key
 from budgettune.app.launch import (
+    SEQS_AUTO,
     budget_spec,
     external_budget,
     launch_spec,
     max_num_seqs_values,
     resolve_engine,
+    seqs_auto,
+    tunes_seqs,
 )
 from budgettune.app.profile import probes_model_len
 from budgettune.app.requests import (
@@ -245,7 +248,7 @@ def sweep_launch_spec(
         url=request.client.url,
         max_model_len_tokens=max_model_len_tokens(traffic),
         api_key=api_key,
-        several_seqs=bool(_tuned_seqs(request, engine)),
+        several_seqs=bool(_tuned_seqs(request, engine)) or seqs_auto(request.launch),
     )
 
 
@@ -359,9 +362,10 @@ def _profiled_engine(
     case), started as its replay would be. None, and a start of the profile's own, where that
     engine cannot hold every probe (a budget below a candidate's or below
     PROFILE_MIN_TOKENS plus a decode batch, a shorter --max-model-len than the probes'
-    contexts), or where budgets run in other processes (--parallel, --ray)."""
+    contexts), where budgets run in other processes (--parallel, --ray), or where max-num-seqs
+    is tuned (each replay's engine runs at one of the values, the profile's at its own)."""
     reference = budgets.default_budget
-    if reference is None or slot_plan.parallel > 1 or request.ray:
+    if reference is None or slot_plan.parallel > 1 or request.ray or tunes_seqs(request.launch):
         return None
     if budgets.candidates and reference < max(budgets.candidates):
         return None
@@ -487,6 +491,7 @@ def _sweep_config(
         settings=settings,
         command=command,
         max_num_seqs_values=_tuned_seqs(request, engine),
+        max_num_seqs_auto=seqs_auto(request.launch),
         hardware={
             "gpu": gpu_card.name if gpu_card else None,
             **({"gpu_detected": detected.describe()} if detected else {}),
@@ -790,9 +795,11 @@ def predictions_scheduler(
     )
 
 
-def _seqs_setting(launch: LaunchRequest) -> int | list[int] | None:
+def _seqs_setting(launch: LaunchRequest) -> int | list[int] | str | None:
     """--max-num-seqs as sweep.json's settings record it: the number (as before several could
-    be given), the values when several are tuned, None when not given."""
+    be given), the values when several are tuned, "auto", None when not given."""
+    if seqs_auto(launch):
+        return SEQS_AUTO
     values = max_num_seqs_values(launch)
     if len(values) > 1:
         return list(values)
@@ -800,16 +807,14 @@ def _seqs_setting(launch: LaunchRequest) -> int | list[int] | None:
 
 
 def _tuned_seqs(request: SweepRequest, engine: str) -> tuple[int, ...]:
-    """The --max-num-seqs values tuned with the budget (empty: one value or none, not tuned).
-    Raises SpecError for what a two-knob sweep does not take yet."""
+    """The --max-num-seqs values tuned with the budget (empty: one value or none, not tuned,
+    or ``auto``, see :func:`_seqs_tuned`). Raises SpecError for what a two-knob sweep does not
+    take yet."""
     values = max_num_seqs_values(request.launch)
-    if len(values) < 2:
+    if len(values) < 2 and not seqs_auto(request.launch):
         return ()
     refused = {
         "engine": engine == "external" and "a server you run has one max-num-seqs",
-        "resume": request.resume is not None and "a two-knob sweep cannot be resumed yet",
-        "parallel": (request.parallel or 1) > 1 and "a two-knob sweep runs one slot for now",
-        "ray": request.ray is not None and "a two-knob sweep runs on this machine for now",
         "goodput": request.goodput and "a two-knob sweep does not search goodput yet",
     }
     for field, why in refused.items():

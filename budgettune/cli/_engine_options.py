@@ -69,7 +69,9 @@ SweepMaxNumSeqs = Annotated[
         help="Most running sequences (vLLM --max-num-seqs, SGLang --max-running-requests), at "
         "most 1,048,576; passed to the engine only when given (default: the engine's own). "
         "Several, e.g. 4,16,64: tuned with the budget (the largest budget that meets both "
-        "SLOs at some value, then the largest value that meets both at it).",
+        "SLOs at some value, then the largest value that meets both at it); auto: the values "
+        "tuned are powers of two from half to four times the expected decode batch, and the "
+        "engine's own limit.",
         rich_help_panel=PANEL,
     ),
 ]

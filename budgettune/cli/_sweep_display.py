@@ -137,8 +137,8 @@ def run_with_progress(prepared: PreparedSweep, executor: Executor) -> SweepResul
             on_replay=on_replay, on_point=on_point, on_message=on_message, on_slot=on_slot,
             on_round=on_round,
         )  # fmt: skip
-        if config.max_num_seqs_values:  # two knobs: the budget with max-num-seqs
-            return run_pair_sweep_to_end(config, traffic, events, executor=executor)
+        if config.tunes_max_num_seqs:  # two knobs: the budget with max-num-seqs
+            return run_pair_sweep_to_end(config, traffic, events, executor=executor, slots=slots)
         return run_sweep_to_end(config, traffic, events, finished, slots=slots, executor=executor)
 
 

@@ -154,3 +154,17 @@ def _positive_ints(fields: Fields, name: str) -> list[int]:
     if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values):
         fields.fail(name, "a list of positive whole numbers", values)
     return [int(v) for v in values]
+
+
+def seqs_candidates(decode_batch: float, engine_default: int) -> tuple[int, ...]:
+    """``--max-num-seqs auto``: the values tuned with the budget, from the simulator's expected
+    decode batch (running sequences, time-averaged, at the engine's own limit) and that limit.
+
+    Powers of two from half the expected batch to four times it: below half, most requests
+    queue for a slot (TTFT grows); past four times, the limit seldom binds and the engine runs
+    as at its default. The engine's default closes the set, as the value today's sweeps hold.
+    """
+    low = max(1.0, decode_batch / 2)
+    high = max(2.0, decode_batch * 4)
+    values = {1 << k for k in range(21) if low <= (1 << k) <= high and (1 << k) < engine_default}
+    return tuple(sorted({*values, engine_default}))

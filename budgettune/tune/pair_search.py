@@ -134,6 +134,19 @@ def next_pair(state: PairState, predicted: Mapping[Pair, Verdict]) -> Pair | Non
                                         pair))  # fmt: skip
 
 
+def next_pairs(state: PairState, predicted: Mapping[Pair, Verdict], k: int) -> list[Pair]:
+    """Up to ``k`` pairs to verify side by side (``--parallel``): :func:`next_pair`, then
+    again as if each pair picked had come out as predicted, so the picks are the ones the
+    one-at-a-time search would verify next if the predictions held. Empty when the answer is
+    proven; with ``k`` 1, exactly :func:`next_pair`."""
+    ahead = PairState(state.n_budgets, state.n_seqs, dict(state.verified), set(state.failed))
+    picked: list[Pair] = []
+    while len(picked) < k and (pair := next_pair(ahead, predicted)) is not None:
+        picked.append(pair)
+        ahead.record(pair, predicted.get(pair, Verdict(True, True)))
+    return picked
+
+
 def _predicted_ok(predicted: Mapping[Pair, Verdict], pair: Pair) -> bool:
     verdict = predicted.get(pair)
     return verdict is not None and verdict.ok

@@ -63,8 +63,14 @@ class SweepConfig:
     # Whether the profile behind step_model found a knee; None: no profile (the roofline).
     knee_found: bool | None = None
     # --max-num-seqs values tuned with the budget, ascending (empty: one value or the engine's,
-    # the budget alone is tuned)
+    # the budget alone is tuned, unless max_num_seqs_auto: the sweep picks them from its plan)
     max_num_seqs_values: tuple[int, ...] = ()
+    max_num_seqs_auto: bool = False
+
+    @property
+    def tunes_max_num_seqs(self) -> bool:
+        """Whether max-num-seqs is tuned with the budget (the two-knob sweep)."""
+        return bool(self.max_num_seqs_values) or self.max_num_seqs_auto
 
     @property
     def quantile(self) -> float:

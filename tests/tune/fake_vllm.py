@@ -26,10 +26,11 @@ FAKE_VLLM = """
     if crash_after:
         port = args[args.index("--port") + 1]
         threading.Thread(target=watch, args=(port,), daemon=True).start()
-    if os.environ.get("FAKE_VLLM_STARTS"):  # one line per start: its pid and budget
+    if os.environ.get("FAKE_VLLM_STARTS"):  # one line per start: pid, budget, max-num-seqs
         with open(os.environ["FAKE_VLLM_STARTS"], "a") as starts:
             budget = args[args.index("--max-num-batched-tokens") + 1]
-            starts.write(f"{os.getpid()} {budget}\\n")
+            seqs = args[args.index("--max-num-seqs") + 1] if "--max-num-seqs" in args else "-"
+            starts.write(f"{os.getpid()} {budget} {seqs}\\n")
     sys.argv = ["sim_server", *args]
     runpy.run_module("budgettune.engines.embedded", run_name="__main__")
 """

@@ -9,6 +9,7 @@ import random
 
 import pytest
 
+from budgettune.tune.pair_grid import seqs_candidates
 from budgettune.tune.pair_search import Pair, PairState, next_pair, search_pairs
 from budgettune.tune.strategy import Verdict
 
@@ -80,3 +81,18 @@ def test_no_feasible_pair_ends_the_search_with_no_answer() -> None:
     truth = {(i, j): Verdict(False, True) for i in range(4) for j in range(3)}
     state = search_pairs(4, 3, truth, truth.__getitem__)
     assert state.best is None and len(state.verified) <= 2
+
+
+@pytest.mark.parametrize(
+    ("decode_batch", "engine_default", "values"),
+    [
+        (13.0, 256, (8, 16, 32, 256)),  # powers of two in [6.5, 52], then the engine's own
+        (0.5, 256, (1, 2, 256)),  # at least one running sequence
+        (100.0, 256, (64, 128, 256)),  # 256 is both in range and the default: once
+        (3000.0, 1024, (1024,)),  # never above the engine's own limit (its memory plan)
+    ],
+)
+def test_auto_values_span_the_expected_decode_batch(
+    decode_batch: float, engine_default: int, values: tuple[int, ...]
+) -> None:
+    assert seqs_candidates(decode_batch, engine_default) == values

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from rising_tbt import WORKLOAD
 
+from budgettune.tune.pair_grid import seqs_candidates
+
 pytestmark = pytest.mark.slow
 
 # rising_tbt.WORKLOAD at max-num-seqs 4, 16 and 64, as the simulator predicts it: p99 TBT about
@@ -71,3 +73,58 @@ def test_the_pair_search_finds_the_grids_pair_with_half_its_launches(
     )  # fmt: skip
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert (tmp_path / "again.html").read_text().count("chart-pairs-") == page.count("chart-pairs-")
+
+
+def test_auto_tunes_the_values_its_plan_gives(budgettune_cmd: list[str], tmp_path: Path) -> None:
+    done = subprocess.run(
+        [*budgettune_cmd, "sweep", *WORKLOAD, "--slo-tbt", "46ms", "--budgets", "512,1024",
+         "--max-num-seqs", "auto", "--max-replays", "1", "-o", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads((tmp_path / "run" / "recommendation.json").read_text())
+    # the rule's values from the figures the sweep recorded: its plan's expected decode batch
+    # and the engine's own limit
+    expected = seqs_candidates(
+        doc["candidates"]["decode_batch"], doc["engine"]["defaults"]["max_num_seqs"]
+    )
+    assert len(expected) >= 2 and doc["pairs"]["max_num_seqs"] == list(expected)
+    assert doc["max_num_seqs"] in expected
+    assert "auto: from half to four times the expected decode batch" in done.stderr
+    assert json.loads((tmp_path / "run" / "sweep.json").read_text())["max_num_seqs"] == "auto"
+
+
+@pytest.mark.timing  # two engines share the cores: the answer rests on 12+ ms of TBT margin
+def test_parallel_slots_verify_pairs_side_by_side_and_resume_runs_only_what_is_missing(
+    budgettune_cmd: list[str], tmp_path: Path
+) -> None:
+    done = run(budgettune_cmd, "--parallel", "2", "-o", str(tmp_path / "run"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads((tmp_path / "run" / "recommendation.json").read_text())
+    assert (doc["budget"], doc["max_num_seqs"]) == (1024, 64)  # the grid's, as above
+    assert doc["pairs"]["launches"] <= 6
+    points = [
+        json.loads(line)
+        for folder in (tmp_path / "run").glob("seqs-*")
+        for line in (folder / "points.jsonl").read_text().splitlines()
+    ]
+    # both slots ran pairs, each at its own max-num-seqs
+    assert {p["slot"] for p in points} == {0, 1}, [(p["budget"], p["slot"]) for p in points]
+    assert all(p["engine"]["max_num_seqs"] in (4, 16, 64) for p in points)
+
+    # As if stopped before its last point: --resume runs that pair alone, and answers the same.
+    at_64 = tmp_path / "run" / "seqs-64" / "points.jsonl"
+    kept = at_64.read_text().splitlines()
+    lost = json.loads(kept[-1])
+    at_64.write_text("".join(line + "\n" for line in kept[:-1]))
+    (tmp_path / "run" / "recommendation.json").unlink()
+    resumed = subprocess.run(
+        [*budgettune_cmd, "sweep", "--resume", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    again = json.loads((tmp_path / "run" / "recommendation.json").read_text())
+    assert (again["budget"], again["max_num_seqs"]) == (1024, 64)
+    assert again["pairs"]["launches"] == 1, again["pairs"]["entries"]
+    rerun = [json.loads(line) for line in at_64.read_text().splitlines()][-1]
+    assert rerun["budget"] == lost["budget"] and len(at_64.read_text().splitlines()) == len(kept)

@@ -14,11 +14,10 @@ SWEEP = ["sweep", "--engine", "sim", "--slo-tbt", "50ms", "--max-num-seqs", "4,1
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["--parallel", "2"], "--parallel: a two-knob sweep runs one slot for now"),
         (["--goodput"], "--goodput: a two-knob sweep does not search goodput yet"),
-        (["--ray", "local"], "--ray: a two-knob sweep runs on this machine for now"),
         (["--max-num-seqs", "4,0"], "--max-num-seqs: values must be positive"),
         (["--max-num-seqs", "4,x"], "--max-num-seqs: 'x' is not a whole number"),
+        (["--max-num-seqs", "auto", "--goodput"], "--goodput: a two-knob sweep does not search"),
     ],
 )
 def test_a_two_knob_sweep_refuses_what_it_cannot_do_yet(
@@ -33,11 +32,14 @@ def test_a_two_knob_sweep_refuses_what_it_cannot_do_yet(
     assert not (tmp_path / "run").exists()
 
 
-def test_a_replay_takes_one_max_num_seqs(budgettune_cmd: list[str], tmp_path: Path) -> None:
+@pytest.mark.parametrize("values", ["4,16", "auto"])
+def test_a_replay_takes_one_max_num_seqs(
+    values: str, budgettune_cmd: list[str], tmp_path: Path
+) -> None:
     done = subprocess.run(
-        [*budgettune_cmd, "replay", "--engine", "sim", "--rate", "4", "--max-num-seqs", "4,16",
+        [*budgettune_cmd, "replay", "--engine", "sim", "--rate", "4", "--max-num-seqs", values,
          "-o", str(tmp_path / "run")],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 2, done.stderr
-    assert "--max-num-seqs: one value here, got '4,16'" in done.stderr
+    assert f"--max-num-seqs: one value here, got '{values}'" in done.stderr

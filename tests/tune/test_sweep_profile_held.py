@@ -46,7 +46,7 @@ def test_the_profile_runs_on_the_baselines_engine_so_launches_are_the_budgets_me
         "follows on it" in err
     ), err
     # Two engine processes started, for the two budgets measured; the profile had none.
-    started = [line.split() for line in starts.read_text().splitlines()]
+    started = [line.split()[:2] for line in starts.read_text().splitlines()]
     assert sorted(budget for _, budget in started) == ["1024", "512"], started
     doc = json.loads((run_dir / "recommendation.json").read_text())
     assert doc["launches"] == len(doc["points"]) == 2, doc["launches"]
@@ -65,3 +65,38 @@ def test_the_profile_runs_on_the_baselines_engine_so_launches_are_the_budgets_me
     assert points[0]["engine"]["pid"] == pid_1024, points[0]["engine"]
     for pid, _ in started:
         assert not Path(f"/proc/{pid}").exists(), f"engine {pid} outlived the sweep"
+
+
+def test_a_two_knob_sweep_profiles_on_an_engine_of_its_own(
+    budgettune_cmd: list[str], tmp_path: Path
+) -> None:
+    """The profile's engine runs at the engine's own max-num-seqs, none of the values tuned: the
+    sweep does not replay on it, and every point is measured at its own pair."""
+    script = tmp_path / "fake_vllm.py"
+    script.write_text(textwrap.dedent(FAKE_VLLM))
+    starts = tmp_path / "starts.txt"
+    run_dir = tmp_path / "run"
+    done = subprocess.run([
+        *budgettune_cmd, "sweep", "--engine", "vllm", "--model", "llama-3.1-8b",
+        "--gpu", "h100-sxm", "--engine-cmd", f"{sys.executable} {script}",
+        "--max-num-seqs", "4,16", "--budgets", "512,1024", "--exhaustive", "--baseline", "1024",
+        "--env", f"FAKE_VLLM_STARTS={starts}",
+        "--prompt-dist", "lognormal:mean=600,sigma=0.5,max=2000", "--output-dist", "fixed:32",
+        "--rate", "8", "--requests", "30", "--slo-tbt", "100ms", "--slo-ttft", "2s",
+        "-o", str(run_dir),
+    ], capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "whose replay follows on it" not in " ".join(done.stderr.split())
+    started = [line.split() for line in starts.read_text().splitlines()]
+    # the profile's own engine, then one per pair, each at its pair's max-num-seqs
+    assert sorted((budget, seqs) for _, budget, seqs in started[1:]) == [
+        ("1024", "16"),
+        ("1024", "4"),
+        ("512", "16"),
+        ("512", "4"),
+    ], started
+    for seqs in (4, 16):
+        lines = (run_dir / f"seqs-{seqs}" / "points.jsonl").read_text().splitlines()
+        points = [json.loads(line) for line in lines]
+        assert sorted(p["budget"] for p in points) == [512, 1024], points
+        assert all(p["engine"]["max_num_seqs"] == seqs for p in points)

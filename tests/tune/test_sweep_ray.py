@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from rising_tbt import SEARCH  # this folder is on sys.path under pytest
+from rising_tbt import SEARCH, WORKLOAD  # this folder is on sys.path under pytest
 from test_sweep_parallel import alive
 
 # verdicts on replays that share the cores, with Ray's processes beside them: nothing else beside
@@ -117,3 +117,29 @@ def test_a_killed_ray_worker_is_lost_requeued_once_then_resumed(
             assert point["results_file"].startswith(str(run_dir)), point
     time.sleep(2.0)
     assert ray_processes() == [], "Ray processes outlived the resumed sweep"
+
+
+def test_a_two_knob_sweep_verifies_pairs_on_ray_workers(
+    budgettune_cmd: list[str], tmp_path: Path
+) -> None:
+    """--max-num-seqs with several values on Ray: each pair's point and files come back into
+    its max-num-seqs folder, and the answer is the one-machine sweep's."""
+    assert ray_processes() == [], "a Ray instance is running already"
+    run_dir = tmp_path / "run"
+    done = sweep(budgettune_cmd, *WORKLOAD, "--slo-tbt", "46ms", "--budgets", "512,1024,2048",
+                 "--max-num-seqs", "16,64", "--max-replays", "1", "--ray", "local",
+                 "--parallel", "2", "-o", str(run_dir))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads((run_dir / "recommendation.json").read_text())
+    # rising_tbt.WORKLOAD: 1024 meets both SLOs at either value (TTFT well under 1 s from 16
+    # running sequences up), 2048 breaks TBT by 12+ ms
+    assert (doc["budget"], doc["max_num_seqs"]) == (1024, 64), doc["pairs"]["entries"]
+    assert doc["executor"] == "ray"
+    for folder in run_dir.glob("seqs-*"):
+        for line in (folder / "points.jsonl").read_text().splitlines():
+            point = json.loads(line)
+            if point["status"] == "measured":
+                assert Path(point["results_file"]).is_file(), point
+                assert point["results_file"].startswith(str(folder)), point
+    time.sleep(2.0)
+    assert ray_processes() == [], "Ray processes outlived the sweep"
