@@ -317,7 +317,7 @@ async def run_sweep(
     launches = rounds.launches
     points = [done[b] for b in sorted(done)]
     if config.goodput:
-        points = await _goodput(config, traffic.at_rate, points, events)
+        points = await goodput_points(config, traffic.at_rate, points, events)
     recommendation = recommend(
         points,
         slo_tbt_s=config.slo_tbt_s,
@@ -379,7 +379,7 @@ def write_run_folder(
     return files
 
 
-async def _goodput(
+async def goodput_points(
     config: SweepConfig,
     schedule_at: Callable[[float], Schedule],
     points: list[Point],

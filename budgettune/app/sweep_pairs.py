@@ -20,7 +20,13 @@ from pathlib import Path
 from budgettune.app.executors import Executor, InProcess, RoundEvents
 from budgettune.app.rounds import distinct_free_ports, verify_in_rounds
 from budgettune.app.slots import Slot
-from budgettune.app.sweep import SweepEvents, SweepResult, plan, write_run_folder
+from budgettune.app.sweep import (
+    SweepEvents,
+    SweepResult,
+    goodput_points,
+    plan,
+    write_run_folder,
+)
 from budgettune.app.traffic import Traffic
 from budgettune.artifacts.recommendation import RunFacts, recommendation_document
 from budgettune.artifacts.runfolder import load_points
@@ -132,9 +138,27 @@ async def run_pair_sweep(
         while picked := next_pairs(state, predicted, k):
             rounds += 1
             await verify_round(picked)
+    if config.goodput:
+        await _pairs_goodput(config, traffic, outcome, events)
     wall_s = time.perf_counter() - started
     facts = RunFacts(outcome.launches, rounds, k, executor.name, wall_s)
     return _finish(config, candidates, outcome, facts)
+
+
+async def _pairs_goodput(
+    config: SweepConfig, traffic: Traffic, outcome: PairsOutcome, events: SweepEvents
+) -> None:
+    """--goodput: each measured pair that meets both SLOs at the sweep's rate gets its highest
+    sustainable rate (a launch each); the answer becomes the pair with the highest. A pair that
+    breaks an SLO at that rate sustains less than it, so it cannot have the highest."""
+    for seqs in outcome.seqs_values:
+        feasible = [p for p in outcome.measured[seqs].values() if p.is_measured and p.ok]
+        if not feasible:
+            continue
+        rated = await goodput_points(seqs_config(config, seqs), traffic.at_rate, feasible, events)
+        outcome.measured[seqs].update({point.budget: point for point in rated})
+        outcome.launches += len(rated)
+    outcome.by_goodput = True
 
 
 def _values_said(config: SweepConfig, candidates: Candidates, outcome: PairsOutcome) -> str:
@@ -212,7 +236,11 @@ def _finish(
         candidates=candidates, asked_rate_per_s=config.asked_rate_per_s,
         requests=config.requests, concurrency=config.run.concurrency,
     )  # fmt: skip
-    recommendation = _with_second_knob(one_knob, outcome, config.percentile)
+    recommendation = (
+        _by_goodput(one_knob, outcome)
+        if outcome.by_goodput and chosen
+        else _with_second_knob(one_knob, outcome, config.percentile)
+    )
     document = recommendation_document(
         at_seqs, candidates, predictions, points, recommendation, facts
     )
@@ -229,6 +257,29 @@ def _finish(
         files,
         document,
         pairs=outcome,
+    )
+
+
+def _by_goodput(one_knob: Recommendation, outcome: PairsOutcome) -> Recommendation:
+    """--goodput: the pair with the highest goodput, and every other pair's, highest first."""
+    rated = sorted(
+        ((point.goodput.rate_per_s, budget, seqs)
+         for seqs, by_budget in outcome.measured.items()
+         for budget, point in by_budget.items()
+         if point.ok and point.goodput is not None),
+        reverse=True,
+    )  # fmt: skip
+    (rate, budget, seqs), others = rated[0], rated[1:]
+    return dataclasses.replace(
+        one_knob,
+        budget_tokens=budget,
+        headline=f"Recommended: budget {budget} with max-num-seqs {seqs}: the highest goodput, "
+        f"{rate:.3g} req/s within both SLOs.",
+        reasons=(
+            *(f"Budget {b} with max-num-seqs {s} sustains {r:.3g} req/s." for r, b, s in others),
+            "Pairs that break an SLO at the sweep's rate sustain less than it: not searched.",
+        ),
+        binding_slo=None,
     )
 
 

@@ -807,17 +807,15 @@ def _seqs_setting(launch: LaunchRequest) -> int | list[int] | str | None:
 
 
 def _tuned_seqs(request: SweepRequest, engine: str) -> tuple[int, ...]:
-    """The --max-num-seqs values tuned with the budget (empty: one value or none, not tuned,
-    or ``auto``, see :func:`_seqs_tuned`). Raises SpecError for what a two-knob sweep does not
-    take yet."""
+    """The --max-num-seqs values tuned with the budget (empty: one value or none, not tuned, or
+    ``auto``: the sweep picks them from its plan). Raises SpecError for an external server,
+    whose max-num-seqs budgettune cannot set."""
     values = max_num_seqs_values(request.launch)
     if len(values) < 2 and not seqs_auto(request.launch):
         return ()
-    refused = {
-        "engine": engine == "external" and "a server you run has one max-num-seqs",
-        "goodput": request.goodput and "a two-knob sweep does not search goodput yet",
-    }
-    for field, why in refused.items():
-        if why:
-            raise SpecError(f"{why} (--max-num-seqs {request.launch.max_num_seqs})", field=field)
+    if engine == "external":
+        raise SpecError(
+            f"a server you run has one max-num-seqs (--max-num-seqs {request.launch.max_num_seqs})",
+            field="engine",
+        )
     return values

@@ -26,10 +26,24 @@ class PairsOutcome:
     measured: dict[int, dict[int, Point]]
     state: PairState
     launches: int = 0
+    by_goodput: bool = False  # --goodput: the answer is the pair with the highest goodput
 
     @property
     def chosen(self) -> tuple[int, int] | None:
-        """(budget, max-num-seqs) of the answer (None: no pair meets both SLOs)."""
+        """(budget, max-num-seqs) of the answer (None: no pair meets both SLOs): by the budget
+        rule (:attr:`PairState.best`), or with ``by_goodput`` the measured pair that meets both
+        SLOs with the highest goodput (ties: the larger budget, then max-num-seqs)."""
+        if self.by_goodput:
+            rated = [
+                (point.goodput.rate_per_s, budget, seqs)
+                for seqs, by_budget in self.measured.items()
+                for budget, point in by_budget.items()
+                if point.ok and point.goodput is not None
+            ]
+            if not rated:
+                return None
+            _, budget, seqs = max(rated)
+            return budget, seqs
         best = self.state.best
         return None if best is None else (self.budgets[best[0]], self.seqs_values[best[1]])
 
@@ -49,6 +63,9 @@ class PairsOutcome:
                 tbt_ms=None if point is None else point.tbt_ms,
                 ttft_ms=None if point is None else point.ttft_ms,
                 ok=point.ok if point is not None and measured else None,
+                goodput_per_s=(
+                    None if point is None or point.goodput is None else point.goodput.rate_per_s
+                ),
                 feasible=self.state.feasible(
                     (self.budgets.index(budget), self.seqs_values.index(seqs))
                 ),
@@ -76,6 +93,7 @@ class PairCell:
     ttft_ms: float | None
     ok: bool | None
     feasible: bool | None
+    goodput_per_s: float | None = None  # --goodput: its highest rate within both SLOs
 
 
 @dataclass(slots=True, frozen=True)
@@ -112,6 +130,7 @@ class PairGrid:
                     "ttft_ms": c.ttft_ms,
                     "ok": c.ok,
                     "feasible": c.feasible,
+                    "goodput_per_s": c.goodput_per_s,
                     "folder": None if c.status is None else f"seqs-{c.max_num_seqs}",
                 }
                 for c in self.cells
@@ -143,6 +162,7 @@ def read_pair_grid(fields: Fields) -> PairGrid:
             ttft_ms=entry.number_or_none("ttft_ms"),
             ok=entry.flag_or_none("ok"),
             feasible=entry.flag_or_none("feasible"),
+            goodput_per_s=entry.number_or_none("goodput_per_s"),
         ))  # fmt: skip
     return PairGrid(
         budgets, seqs_values, chosen, fields.integer("launches", minimum=0), tuple(cells)

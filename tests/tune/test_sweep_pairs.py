@@ -128,3 +128,27 @@ def test_parallel_slots_verify_pairs_side_by_side_and_resume_runs_only_what_is_m
     assert again["pairs"]["launches"] == 1, again["pairs"]["entries"]
     rerun = [json.loads(line) for line in at_64.read_text().splitlines()][-1]
     assert rerun["budget"] == lost["budget"] and len(at_64.read_text().splitlines()) == len(kept)
+
+
+def test_goodput_chooses_the_pair_that_sustains_the_highest_rate(
+    budgettune_cmd: list[str], tmp_path: Path
+) -> None:
+    done = subprocess.run(
+        # one budget, two values, both measured: two pairs that meet both SLOs to choose from
+        [*budgettune_cmd, "sweep", *WORKLOAD, "--slo-tbt", "46ms", "--budgets", "1024",
+         "--max-num-seqs", "16,64", "--exhaustive", "--goodput", "--max-replays", "1",
+         "-o", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = json.loads((tmp_path / "run" / "recommendation.json").read_text())
+    entries = doc["pairs"]["entries"]
+    # every pair that met both SLOs at the sweep's rate got its highest rate, and only those
+    rated = {(e["budget"], e["max_num_seqs"]): e["goodput_per_s"] for e in entries if e["ok"]}
+    assert len(rated) >= 2 and all(rate is not None for rate in rated.values()), entries
+    assert all(e["goodput_per_s"] is None for e in entries if not e["ok"])
+    best = max(rated, key=lambda pair: (rated[pair], *pair))
+    assert (doc["budget"], doc["max_num_seqs"]) == best, rated
+    text = " ".join(done.stdout.split())
+    assert f"Recommended: budget {best[0]} with max-num-seqs {best[1]}: the highest goodput" in text
+    assert (tmp_path / "run" / f"seqs-{best[1]}" / f"engine-{best[0]}-goodput.log").is_file()

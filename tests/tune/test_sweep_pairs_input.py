@@ -14,13 +14,11 @@ SWEEP = ["sweep", "--engine", "sim", "--slo-tbt", "50ms", "--max-num-seqs", "4,1
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["--goodput"], "--goodput: a two-knob sweep does not search goodput yet"),
         (["--max-num-seqs", "4,0"], "--max-num-seqs: values must be positive"),
         (["--max-num-seqs", "4,x"], "--max-num-seqs: 'x' is not a whole number"),
-        (["--max-num-seqs", "auto", "--goodput"], "--goodput: a two-knob sweep does not search"),
     ],
 )
-def test_a_two_knob_sweep_refuses_what_it_cannot_do_yet(
+def test_a_two_knob_sweep_refuses_what_it_cannot_do(
     args: list[str], says: str, budgettune_cmd: list[str], tmp_path: Path
 ) -> None:
     done = subprocess.run(
@@ -43,3 +41,16 @@ def test_a_replay_takes_one_max_num_seqs(
     )  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert f"--max-num-seqs: one value here, got '{values}'" in done.stderr
+
+
+def test_a_server_you_run_is_not_tuned_on_max_num_seqs(
+    budgettune_cmd: list[str], tmp_path: Path
+) -> None:
+    done = subprocess.run(
+        [*budgettune_cmd, "sweep", "--url", "http://127.0.0.1:9", "--slo-tbt", "50ms",
+         "--max-num-seqs", "auto", "-o", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "--engine: a server you run has one max-num-seqs (--max-num-seqs auto)" in done.stderr
+    assert not (tmp_path / "run").exists()

@@ -79,7 +79,7 @@ def test_a_two_knob_sweep_profiles_on_an_engine_of_its_own(
     done = subprocess.run([
         *budgettune_cmd, "sweep", "--engine", "vllm", "--model", "llama-3.1-8b",
         "--gpu", "h100-sxm", "--engine-cmd", f"{sys.executable} {script}",
-        "--max-num-seqs", "4,16", "--budgets", "512,1024", "--exhaustive", "--baseline", "1024",
+        "--max-num-seqs", "4,16", "--budgets", "512,1024", "--baseline", "1024",
         "--env", f"FAKE_VLLM_STARTS={starts}",
         "--prompt-dist", "lognormal:mean=600,sigma=0.5,max=2000", "--output-dist", "fixed:32",
         "--rate", "8", "--requests", "30", "--slo-tbt", "100ms", "--slo-ttft", "2s",
@@ -88,15 +88,16 @@ def test_a_two_knob_sweep_profiles_on_an_engine_of_its_own(
     assert done.returncode == 0, done.stderr[-3000:]
     assert "whose replay follows on it" not in " ".join(done.stderr.split())
     started = [line.split() for line in starts.read_text().splitlines()]
-    # the profile's own engine, then one per pair, each at its pair's max-num-seqs
-    assert sorted((budget, seqs) for _, budget, seqs in started[1:]) == [
-        ("1024", "16"),
-        ("1024", "4"),
-        ("512", "16"),
-        ("512", "4"),
-    ], started
-    for seqs in (4, 16):
-        lines = (run_dir / f"seqs-{seqs}" / "points.jsonl").read_text().splitlines()
-        points = [json.loads(line) for line in lines]
-        assert sorted(p["budget"] for p in points) == [512, 1024], points
-        assert all(p["engine"]["max_num_seqs"] == seqs for p in points)
+    # the profile's own engine (at the engine's own limit), then one per pair the search
+    # launched, each at its pair's max-num-seqs, and only those
+    doc = json.loads((run_dir / "recommendation.json").read_text())
+    launched = sorted(
+        (str(e["budget"]), str(e["max_num_seqs"])) for e in doc["pairs"]["entries"] if e["status"]
+    )
+    assert launched and sorted((b, s) for _, b, s in started[1:]) == launched, started
+    assert started[0][2] not in ("4", "16"), started
+    for folder in run_dir.glob("seqs-*"):
+        seqs = int(folder.name.removeprefix("seqs-"))
+        for line in (folder / "points.jsonl").read_text().splitlines():
+            point = json.loads(line)
+            assert point["budget"] in (512, 1024) and point["engine"]["max_num_seqs"] == seqs
