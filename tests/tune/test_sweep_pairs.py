@@ -137,6 +137,7 @@ def test_goodput_chooses_the_pair_that_sustains_the_highest_rate(
         # one budget, two values, both measured: two pairs that meet both SLOs to choose from
         [*budgettune_cmd, "sweep", *WORKLOAD, "--slo-tbt", "46ms", "--budgets", "1024",
          "--max-num-seqs", "16,64", "--exhaustive", "--goodput", "--max-replays", "1",
+         "--requests", "30",  # each rate probe a short replay: the choice, not the figure
          "-o", str(tmp_path / "run")],
         capture_output=True, text=True, timeout=900,
     )  # fmt: skip
