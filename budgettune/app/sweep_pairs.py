@@ -30,13 +30,12 @@ from budgettune.app.sweep import (
 from budgettune.app.traffic import Traffic
 from budgettune.artifacts.recommendation import RunFacts, recommendation_document
 from budgettune.artifacts.runfolder import load_points
-from budgettune.core.units import format_ms
 from budgettune.tune.candidates import Candidates
 from budgettune.tune.pair_grid import PAIRS_KEY, PairsOutcome, seqs_candidates
 from budgettune.tune.pair_search import Pair, PairState, next_pairs
 from budgettune.tune.point import Point, Status
 from budgettune.tune.predict import Prediction, predict
-from budgettune.tune.select import Recommendation, recommend
+from budgettune.tune.select import Recommendation, breaks_text, recommend
 from budgettune.tune.strategy import Verdict
 from budgettune.tune.sweep_config import SweepConfig
 
@@ -262,13 +261,7 @@ def _finish(
 
 def _by_goodput(one_knob: Recommendation, outcome: PairsOutcome) -> Recommendation:
     """--goodput: the pair with the highest goodput, and every other pair's, highest first."""
-    rated = sorted(
-        ((point.goodput.rate_per_s, budget, seqs)
-         for seqs, by_budget in outcome.measured.items()
-         for budget, point in by_budget.items()
-         if point.ok and point.goodput is not None),
-        reverse=True,
-    )  # fmt: skip
+    rated = outcome.by_rate()
     (rate, budget, seqs), others = rated[0], rated[1:]
     return dataclasses.replace(
         one_knob,
@@ -322,7 +315,7 @@ def _seqs_reasons(outcome: PairsOutcome, budget: int, seqs: int, p: str) -> list
     if larger:
         point = outcome.measured[larger[0]].get(budget)
         if point is not None and point.is_measured:
-            reasons.append(f"At {budget}, max-num-seqs {larger[0]} {_breaks(point, p)}.")
+            reasons.append(f"At {budget}, max-num-seqs {larger[0]} {breaks_text(point, p)}.")
         else:
             reasons.append(
                 f"At {budget}, max-num-seqs {larger[0]} is ruled out by a measured neighbour "
@@ -335,15 +328,6 @@ def _seqs_reasons(outcome: PairsOutcome, budget: int, seqs: int, p: str) -> list
             "at once: less headroom for bursts, longer queues for the first token."
         )
     return reasons
-
-
-def _breaks(point: Point, p: str) -> str:
-    parts = []
-    if not point.tbt_ok:
-        parts.append(f"{p} TBT ({format_ms(point.tbt_ms, missing='failed requests')})")
-    if not point.ttft_ok:
-        parts.append(f"{p} TTFT ({format_ms(point.ttft_ms, missing='failed requests')})")
-    return "breaks " + " and ".join(parts) if parts else "meets both SLOs"
 
 
 def _say(events: SweepEvents, text: str) -> None:

@@ -234,6 +234,7 @@ def sweep_launch_spec(
     """How every budget's engine is started: the built-in engine runs the predictions' model
     (the profile given, else the presets in their calibration)."""
     launch, engine, profile = request.launch, target.engine, request.profile
+    _tuned_seqs(request, engine)  # refused here, before anything starts
     if engine == "sim":
         if profile is not None and str(profile) != ANALYTIC:
             flag = shlex.join(["--profile", str(profile.resolve())])
@@ -248,7 +249,7 @@ def sweep_launch_spec(
         url=request.client.url,
         max_model_len_tokens=max_model_len_tokens(traffic),
         api_key=api_key,
-        several_seqs=bool(_tuned_seqs(request, engine)) or seqs_auto(request.launch),
+        several_seqs=tunes_seqs(request.launch),
     )
 
 

@@ -34,18 +34,21 @@ class PairsOutcome:
         rule (:attr:`PairState.best`), or with ``by_goodput`` the measured pair that meets both
         SLOs with the highest goodput (ties: the larger budget, then max-num-seqs)."""
         if self.by_goodput:
-            rated = [
-                (point.goodput.rate_per_s, budget, seqs)
-                for seqs, by_budget in self.measured.items()
-                for budget, point in by_budget.items()
-                if point.ok and point.goodput is not None
-            ]
-            if not rated:
-                return None
-            _, budget, seqs = max(rated)
-            return budget, seqs
+            rated = self.by_rate()
+            return None if not rated else (rated[0][1], rated[0][2])
         best = self.state.best
         return None if best is None else (self.budgets[best[0]], self.seqs_values[best[1]])
+
+    def by_rate(self) -> list[tuple[float, int, int]]:
+        """(goodput req/s, budget, max-num-seqs) of every measured pair that meets both SLOs
+        and has a goodput, highest first (ties: the larger budget, then max-num-seqs)."""
+        return sorted(
+            ((point.goodput.rate_per_s, budget, seqs)
+             for seqs, by_budget in self.measured.items()
+             for budget, point in by_budget.items()
+             if point.ok and point.goodput is not None),
+            reverse=True,
+        )  # fmt: skip
 
     def grid(self) -> PairGrid:
         """What recommendation.json records of the search: one cell per pair."""
@@ -106,9 +109,6 @@ class PairGrid:
     chosen: tuple[int, int] | None
     launches: int
     cells: tuple[PairCell, ...]
-
-    def cell(self, budget: int, seqs: int) -> PairCell | None:
-        return next((c for c in self.cells if (c.budget, c.max_num_seqs) == (budget, seqs)), None)
 
     def to_json(self) -> dict[str, object]:
         chosen = self.chosen

@@ -147,7 +147,7 @@ def recommend(
         if best.marginal:
             reasons.append(_marginal_reason(best, passing, p, slo_tbt_s, slo_ttft_s))
         if above:
-            reasons.insert(0, f"{above[0].budget} {_breaks(above[0], p)}.")
+            reasons.insert(0, f"{above[0].budget} {breaks_text(above[0], p)}.")
         elif best.budget == max(candidates.budgets, default=best.budget):
             reasons.insert(0, "It is the largest candidate; larger budgets were not tried.")
         if not inside:
@@ -272,7 +272,8 @@ def _contradictions(measured: Sequence[Point], p: str) -> list[str]:
     return notes
 
 
-def _breaks(point: Point, p: str) -> str:
+def breaks_text(point: Point, p: str) -> str:
+    """Which SLOs ``point`` breaks, with its figures: "breaks p99 TBT (31.2 ms)"."""
     parts = []
     if not point.tbt_ok:
         parts.append(f"{p} TBT ({_shown(point.tbt_ms)})")
@@ -297,7 +298,7 @@ def _default_reason(
     point = found[0]
     if point.ok:
         return [f"{label} ({default_budget}) also meets both SLOs."]
-    detail = _breaks(point, p)
+    detail = breaks_text(point, p)
     if not point.tbt_ok and point.tbt_ms:
         detail += f", {point.tbt_ms / (slo_tbt_s * 1e3):.1f}x the TBT SLO"
     return [f"{label} ({default_budget}) {detail}."]
