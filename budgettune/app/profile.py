@@ -393,10 +393,21 @@ def _analytic(config: ProfileConfig, shape: ModelShape, created: str) -> Profile
             "overhead_s": calibration.overhead_s,
             "overhead_per_seq_s": calibration.overhead_per_seq_s,
             "mode": calibration.mode,
+            "layer_floor_s": calibration.layer_floor_s,
+            "prefill_layer_floor_s": calibration.prefill_layer_floor_s,
             "tensor_parallel": config.tensor_parallel,
+            **_allreduce_settings(gpu, config.tensor_parallel),
         },
         calibration=calibration.name,
     )
+
+
+def _allreduce_settings(gpu: GPU, tensor_parallel: int) -> dict[str, object]:
+    """The all-reduce figures an analytic profile over several GPUs was built with."""
+    from budgettune.model.allreduce import allreduce_for
+
+    allreduce = allreduce_for(gpu, tensor_parallel)
+    return {} if allreduce is None else {"allreduce": allreduce.to_json()}
 
 
 def _preset_gpu(name: str) -> GPU:

@@ -8,6 +8,7 @@ from budgettune.app.requests import RooflineRequest
 from budgettune.core.errors import SpecError, shorten
 from budgettune.core.limits import MAX_SEQS, MAX_TOKENS, check_count, check_tokens
 from budgettune.core.units import MAX_LIST_ITEMS, parse_int_list
+from budgettune.model.allreduce import AllReduce, allreduces
 from budgettune.model.calibration import Calibration
 from budgettune.model.chunking import ChunkedPrefill, chunked_prefill
 from budgettune.model.stepmodel import StepModel
@@ -53,15 +54,23 @@ class IterationTime:
     context_tokens: int
     compute_bound: bool
     mode: str
+    comm_s: float = 0.0  # the all-reduces' part of step_s (tensor parallelism)
 
     @property
     def tokens(self) -> int:
         return self.prefill_tokens + self.decodes
 
+    @property
+    def comm_share(self) -> float:
+        """The all-reduces' share of the iteration's time (0 on one GPU)."""
+        return self.comm_s / self.step_s if self.step_s > 0 else 0.0
+
     def to_json(self) -> dict[str, object]:
         return {
             "ridge_tokens": self.ridge_tokens,
             "step_ms": self.step_s * 1e3,
+            "comm_ms": self.comm_s * 1e3,
+            "comm_share": self.comm_share,
             "prefill_tokens": self.prefill_tokens,
             "decodes": self.decodes,
             "context_tokens": self.context_tokens,
@@ -132,6 +141,7 @@ def iteration_time(
         context_tokens=context_tokens,
         compute_bound=model.compute_bound_of(*aggregates),
         mode=model.mode,
+        comm_s=model.comm_time_s(tokens, decodes),
     )
 
 
@@ -168,12 +178,25 @@ class RooflineAnswer:
     times: IterationTime | ChunkingTimes
     asked_iteration: bool
     calibration: Calibration
+    # tensor parallelism: one all-reduce's figures, the calls per iteration and an iteration
+    # of ridge_tokens prompt tokens with its all-reduces' part (None on one GPU)
+    allreduce: AllReduce | None = None
+    allreduces: int = 0
+    at_ridge: IterationTime | None = None
 
     def to_json(self) -> dict[str, object]:
         """The ``roofline --json`` document (the ridge alone when no iteration was asked)."""
         times = self.times
         cal = self.calibration
-        where = {"calibration": cal.name, "calibration_source": cal.source}
+        where: dict[str, object] = {"calibration": cal.name, "calibration_source": cal.source}
+        if self.allreduce is not None:
+            where["allreduce"] = {**self.allreduce.to_json(), "per_iteration": self.allreduces}
+        if self.at_ridge is not None:
+            where["at_ridge"] = {
+                "step_ms": self.at_ridge.step_s * 1e3,
+                "comm_ms": self.at_ridge.comm_s * 1e3,
+                "comm_share": self.at_ridge.comm_share,
+            }
         if isinstance(times, IterationTime) and not self.asked_iteration:
             return {"ridge_tokens": times.ridge_tokens, "mode": times.mode, **where}  # no 0 ms
         return {**times.to_json(), **where}
@@ -182,6 +205,8 @@ class RooflineAnswer:
 def answer(request: RooflineRequest) -> RooflineAnswer:
     """Validate ``request`` and ask the step-time model. Raises SpecError naming the field."""
     from budgettune.app.step_model import calibration_of, gpu_of, step_model_of
+    from budgettune.core.hardware import resolve_model
+    from budgettune.model.allreduce import allreduce_for
 
     if request.decodes < 0:
         raise SpecError(f"must be zero or more, got {request.decodes}", field="decodes")
@@ -204,14 +229,27 @@ def answer(request: RooflineRequest) -> RooflineAnswer:
     gpu = gpu_of(request.model)
     calibration = calibration_of(request.model, gpu)
     step_model = step_model_of(request.model, gpu)
+    allreduce = allreduce_for(gpu, request.model.tensor_parallel)
+    parallel = {
+        "calibration": calibration,
+        "allreduce": allreduce,
+        "allreduces": allreduces(resolve_model(request.model.model).layers) if allreduce else 0,
+        "at_ridge": (
+            iteration_time(step_model, [PrefillChunk(round(step_model.ridge_tokens))], 0, 0)
+            if allreduce is not None and step_model.ridge_tokens >= 1
+            else None
+        ),
+    }
     if request.prompt is not None:
         sizes = parse_int_list(request.chunk_sizes, field="chunk_sizes")
         chunked = chunking_times(
             step_model, request.prompt, sizes, request.decodes, request.context
         )
-        return RooflineAnswer(chunked, asked_iteration=True, calibration=calibration)
+        return RooflineAnswer(chunked, asked_iteration=True, **parallel)  # type: ignore[arg-type]
     chunks = [parse_prefill_chunk(text) for text in request.prefill]
     times = iteration_time(step_model, chunks, request.decodes, request.context)
     return RooflineAnswer(
-        times, asked_iteration=bool(chunks or request.decodes), calibration=calibration
+        times,
+        asked_iteration=bool(chunks or request.decodes),
+        **parallel,  # type: ignore[arg-type]
     )

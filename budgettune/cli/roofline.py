@@ -13,7 +13,7 @@ from budgettune.cli._common import console, print_json
 from budgettune.cli._groups import with_groups
 
 if TYPE_CHECKING:  # imported when the command runs: the CLI starts without it
-    from budgettune.app.roofline import ChunkingTimes
+    from budgettune.app.roofline import ChunkingTimes, RooflineAnswer
 
 
 @app.command(cls=Command)
@@ -68,6 +68,7 @@ def roofline(
     calibration = f"calibration {found.calibration.name}: {found.calibration.source}"
     if isinstance(times, ChunkingTimes):
         _print_chunking(times, prompt, decodes, context)
+        _print_allreduce(found)
         console.print(calibration, style="dim", highlight=False)
         return
     console.print(
@@ -80,7 +81,35 @@ def roofline(
             f"One iteration of {times.prefill_tokens} prompt tokens and {decodes} decodes at "
             f"context {context}: [bold]{times.step_s * 1e3:.2f} ms[/bold] ({mode}, {bound})."
         )
+        if found.allreduce is not None:
+            console.print(
+                f"Of which all-reduces: [bold]{times.comm_s * 1e3:.2f} ms[/bold] "
+                f"({times.comm_share:.0%} of the iteration).",
+                highlight=False,
+            )
+    _print_allreduce(found)
     console.print(calibration, style="dim", highlight=False)
+
+
+def _print_allreduce(found: RooflineAnswer) -> None:
+    """Tensor parallelism's all-reduces: their figures, and their share at the ridge."""
+    allreduce, at_ridge = found.allreduce, found.at_ridge
+    if allreduce is None:
+        return
+    console.print(
+        f"Communication: {found.allreduces} all-reduces an iteration over {allreduce.gpus} GPUs "
+        f"on {allreduce.link.name} (each {allreduce.latency_s * 1e6:.1f} us + the ring's bytes "
+        f"at {allreduce.bytes_per_s / 1e9:.0f} GB/s).",
+        highlight=False,
+    )
+    if at_ridge is not None:
+        console.print(
+            f"At the ridge ({at_ridge.prefill_tokens} prompt tokens): all-reduces "
+            f"[bold]{at_ridge.comm_s * 1e3:.2f} ms[/bold] of {at_ridge.step_s * 1e3:.2f} ms "
+            f"({at_ridge.comm_share:.0%}).",
+            highlight=False,
+        )
+    console.print(f"all-reduce: {allreduce.source}", style="dim", highlight=False)
 
 
 def _print_chunking(times: ChunkingTimes, prompt: int | None, decodes: int, context: int) -> None:

@@ -54,6 +54,38 @@ GPU_PRESETS: dict[str, GPU] = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class Link:
+    """How one GPU reaches its tensor-parallel peers: the link's name and its peak bandwidth per
+    GPU in one direction (what an all-reduce's ring sends over)."""
+
+    name: str
+    bytes_per_s: float
+
+
+# Per GPU, one direction, from the same datasheets (NVLink's figures are both directions
+# together, halved here): H100 SXM and H200 NVLink 4, 900 GB/s; A100 SXM (80 and 40 GB) NVLink 3,
+# 600 GB/s; B200 NVLink 5, 1.8 TB/s. Cards without NVLink reach their peers over PCIe x16:
+# Gen 5 64 GB/s (H100 PCIe; its optional NVLink bridge joins only pairs), Gen 4 32 GB/s (L40S,
+# RTX A6000). AIConfigurator's system files give the same figures (intra_node_bw).
+GPU_LINKS: dict[str, Link] = {
+    "h100-sxm": Link("NVLink 4", 450 * _GB),
+    "h100-pcie": Link("PCIe Gen 5 x16", 64 * _GB),
+    "h200": Link("NVLink 4", 450 * _GB),
+    "a100-80g": Link("NVLink 3", 300 * _GB),
+    "a100-40g": Link("NVLink 3", 300 * _GB),
+    "l40s": Link("PCIe Gen 4 x16", 32 * _GB),
+    "a6000": Link("PCIe Gen 4 x16", 32 * _GB),
+    "b200": Link("NVLink 5", 900 * _GB),
+}
+CUSTOM_LINK_OF = "h100-sxm"  # a GPU described by its peaks alone: the H100 SXM's NVLink
+
+
+def link_of(gpu: GPU) -> Link:
+    """The link ``gpu`` reaches its tensor-parallel peers over (a custom GPU: an H100 SXM's)."""
+    return GPU_LINKS.get(gpu.name, GPU_LINKS[CUSTOM_LINK_OF])
+
+
 def resolve_gpu(name: str) -> GPU:
     """Look up a GPU preset by name (case-insensitive). Raises SpecError listing valid names."""
     key = name.strip().lower()

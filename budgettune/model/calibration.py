@@ -33,7 +33,9 @@ class Calibration:
     weight_bandwidth_efficiency / kv_bandwidth_efficiency: share of peak memory bandwidth when
     streaming weights / reading the KV cache (decode attention); sharpness: p of the soft
     roofline (inf: a hard max); overhead_s + overhead_per_seq_s x sequences: CPU time per
-    iteration. ``source`` says where the figures come from, in words a user reads.
+    iteration; layer_floor_s: GPU time per layer that no tensor split shortens, and
+    prefill_layer_floor_s: more of it in an iteration holding a prompt chunk (0: none, the
+    seed). ``source`` says where the figures come from, in words a user reads.
     """
 
     name: str
@@ -46,6 +48,8 @@ class Calibration:
     overhead_s: float
     overhead_per_seq_s: float
     source: str
+    layer_floor_s: float = 0.0
+    prefill_layer_floor_s: float = 0.0
 
     def with_overrides(
         self,
@@ -127,14 +131,20 @@ MEASURED_SOURCE = "fitted to NVIDIA AIConfigurator 0.12.0's silicon-measured vLL
 # part until a profile of the live engine says otherwise.
 MEASURED_OVERHEAD_S = 0.5e-3
 MEASURED_OVERHEAD_PER_SEQ_S = 0.0
+# GPU time per layer that no tensor split shortens (kernel launches and tails), one figure for
+# every GPU, and more of it when the iteration holds a prompt chunk (the prompt's attention
+# kernel): fitted with the table below to the one-GPU reference points, nothing else (the
+# split ones are held out).
+MEASURED_LAYER_FLOOR_S = 28e-6
+MEASURED_PREFILL_LAYER_FLOOR_S = 32e-6
 
 _FITTED: dict[str, tuple[float, float, float, float, str]] = {
     # gpu: (compute, weight bandwidth, KV bandwidth, sharpness, mode), shares of peak
-    "a100-80g": (0.867, 0.644, 0.717, 1.371, "serialized"),
-    "b200": (0.604, 0.559, 0.846, 1.637, "overlapped"),
-    "h100-sxm": (0.728, 0.706, 0.810, 1.754, "serialized"),
-    "h200": (0.734, 0.644, 0.854, 1.648, "serialized"),
-    "l40s": (0.562, 0.735, 0.756, 2.034, "serialized"),
+    "a100-80g": (0.876, 0.686, 0.725, 1.526, "serialized"),
+    "b200": (0.651, 0.810, 0.832, 1.855, "serialized"),
+    "h100-sxm": (0.738, 0.807, 0.838, 2.535, "serialized"),
+    "h200": (0.748, 0.771, 0.852, 2.156, "serialized"),
+    "l40s": (0.583, 0.777, 0.722, 2.429, "serialized"),
 }
 # GPU presets the database does not cover take their nearest sibling's figures, said so.
 SIBLINGS = {"h100-pcie": "h100-sxm", "a100-40g": "a100-80g", "a6000": "l40s"}
@@ -161,6 +171,8 @@ def _measured(gpu: str) -> Calibration:
         overhead_s=MEASURED_OVERHEAD_S,
         overhead_per_seq_s=MEASURED_OVERHEAD_PER_SEQ_S,
         source=source,
+        layer_floor_s=MEASURED_LAYER_FLOOR_S,
+        prefill_layer_floor_s=MEASURED_PREFILL_LAYER_FLOOR_S,
     )
 
 

@@ -164,8 +164,16 @@ def predict_s(
 
 
 def model_predict_s(work: Work, model: StepModel) -> FloatArray:
-    """:func:`predict_s` with ``model``'s own figures (its accounting is ``work``'s)."""
-    return predict_s(
+    """:func:`predict_s` with ``model``'s own figures (its accounting is ``work``'s), and its
+    all-reduces under tensor parallelism and the work no split shortens."""
+    tokens = work.prompt_tokens + work.decodes
+    serial = (
+        model.comm_fixed_s
+        + model.unsplit_fixed_s
+        + model.unsplit_prefill_s * (work.prompt_tokens > 0)
+        + (model.comm_per_token_s + model.unsplit_per_token_s) * tokens
+    )
+    return serial + predict_s(
         work,
         model.flops_per_s,
         model.bytes_per_s,

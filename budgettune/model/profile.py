@@ -8,6 +8,7 @@ A profile is plain data; :func:`save_profile` / :func:`load_profile` round-trip 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import platform
@@ -168,6 +169,14 @@ class StepFit:
     kv_bytes_per_s: float | None = None  # the KV cache's own bandwidth (None: bytes_per_s)
     sharpness: float | None = None  # p of the soft roofline (None: a hard max)
     accounting: str = "seed"  # how parameters count (budgettune.model.stepmodel)
+    # Added after the roofline (budgettune.model.stepmodel): tensor parallelism's all-reduces
+    # and the work no split shortens. A model output carries them; a fit on the engine holds
+    # them in its own figures (0 here).
+    comm_fixed_s: float = 0.0
+    comm_per_token_s: float = 0.0
+    unsplit_fixed_s: float = 0.0
+    unsplit_prefill_s: float = 0.0
+    unsplit_per_token_s: float = 0.0
 
     def request_overhead_of(self, probe: Probe) -> float:
         """The fitted request overhead included in ``probe``'s times, seconds (0 if none)."""
@@ -231,7 +240,7 @@ def profile_step_model(profile: Profile) -> StepModel:
             field="profile",
         )
     step = profile.step
-    return StepModel.of_shape(
+    fitted = StepModel.of_shape(
         profile.model.shape,
         accounting=step.accounting,
         flops_per_s=step.flops_per_s,
@@ -243,6 +252,14 @@ def profile_step_model(profile: Profile) -> StepModel:
         mode=step.mode,
         bytes_per_weight=profile.model.bytes_per_weight,
         kv_bytes_per_element=profile.model.kv_bytes_per_element,
+    )
+    return dataclasses.replace(
+        fitted,
+        comm_fixed_s=step.comm_fixed_s,
+        comm_per_token_s=step.comm_per_token_s,
+        unsplit_fixed_s=step.unsplit_fixed_s,
+        unsplit_prefill_s=step.unsplit_prefill_s,
+        unsplit_per_token_s=step.unsplit_per_token_s,
     )
 
 

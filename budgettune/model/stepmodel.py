@@ -3,8 +3,14 @@
 An iteration holds prompt chunks (n tokens starting at offset o) and decodes (one token at context
 c). Its GPU time is a roofline of FLOPs over F against bytes over B: ``max(FLOPs / F, bytes / B)``
 (overlapped), or the serialized variant where decode attention's KV reads run after the matrix
-multiplies. Beside it, CPU time: a fixed ``t0`` per iteration plus a part per sequence in the
-batch (scheduling, input preparation, sampling).
+multiplies. Under tensor parallelism the GPUs pool F and B, and the all-reduces between them add
+after the roofline: a fixed part per iteration and a part per token
+(:mod:`budgettune.model.allreduce`). So does, in the measured calibration, the GPU work no split
+shortens, which every GPU does whole: a floor per layer (kernel launches and their tails, which
+the roofline of one small iteration does not see; more of it with a prompt chunk, whose
+attention kernel has a floor of its own) and the layers' norms and residual adds over
+each token's activations. Beside it, CPU time: a fixed ``t0`` per iteration plus a
+part per sequence in the batch (scheduling, input preparation, sampling).
 
 Two accountings (:mod:`budgettune.model.calibration` names them):
 
@@ -25,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from budgettune.core.hardware import GPU, ModelShape
@@ -35,6 +41,9 @@ if TYPE_CHECKING:
     from budgettune.model.calibration import Calibration
 
 MODES = ("overlapped", "serialized")
+# Activation elements per token and layer that the fused add-and-RMSNorm kernels move, twice a
+# layer: read the residual and the input, write both back (4 x 2); 16-bit, like the all-reduces.
+UNSPLIT_ELEMENTS_PER_LAYER = 8
 ACCOUNTINGS = ("engine", "seed")
 
 
@@ -64,6 +73,16 @@ class StepModel:
     streamed_weight_bytes: float | None = None  # weights read per iteration (seed: all)
     kv_bytes_per_s: float | None = None  # achievable KV-cache streaming (seed: bytes_per_s)
     sharpness: float = math.inf  # p of the soft roofline; inf: the hard max
+    # Tensor parallelism's all-reduces: every call's latency, and each token's share (0 on one
+    # GPU, and in a profile fitted on the engine, whose figures hold them already).
+    comm_fixed_s: float = 0.0
+    comm_per_token_s: float = 0.0
+    # GPU work every GPU of a split does whole (the measured calibration's per-layer floor, and
+    # the norms' activation traffic per token): 0 in the seed and in a profile fitted on the
+    # engine, whose t0 holds it.
+    unsplit_fixed_s: float = 0.0
+    unsplit_prefill_s: float = 0.0  # more of it in an iteration holding a prompt chunk
+    unsplit_per_token_s: float = 0.0
     # Folded coefficients of the hot path (set in __post_init__).
     _per_token_s: float = field(init=False, repr=False, compare=False)
     _per_seq_flops_s: float = field(init=False, repr=False, compare=False)
@@ -163,8 +182,10 @@ class StepModel:
     ) -> StepModel:
         """Build the model from presets and a calibration (a :class:`Calibration`, or its name:
         ``measured``, the per-GPU fit, or ``seed``); ``tensor_parallel`` GPUs pool compute and
-        bandwidth. Raises SpecError for an unknown calibration name, or naming the option of a
-        GPU count or weight size out of range."""
+        bandwidth, and all-reduce every layer's activations over their link. Raises SpecError
+        for an unknown calibration name, or naming the option of a GPU count or weight size out
+        of range."""
+        from budgettune.model.allreduce import allreduce_for, comm_coefficients
         from budgettune.model.calibration import calibration_for
 
         check_count(tensor_parallel, field="tensor_parallel", maximum=MAX_GPUS)
@@ -174,7 +195,12 @@ class StepModel:
         if isinstance(cal, str):
             cal = calibration_for(cal, gpu.name)
         bandwidth = gpu.bandwidth_bytes_per_s * tensor_parallel
-        return cls.of_shape(
+        allreduce = allreduce_for(gpu, tensor_parallel)
+        comm_fixed_s, comm_per_token_s = comm_coefficients(allreduce, model.layers, model.hidden)
+        # The norms' traffic runs on one GPU's bandwidth: every GPU of a split does it whole.
+        unsplit_bytes_per_token = model.layers * UNSPLIT_ELEMENTS_PER_LAYER * model.hidden * 2
+        one_gpu_bytes_per_s = gpu.bandwidth_bytes_per_s * cal.weight_bandwidth_efficiency
+        pooled = cls.of_shape(
             model,
             accounting=cal.accounting,
             flops_per_s=gpu.peak_flops * cal.compute_efficiency * tensor_parallel,
@@ -186,6 +212,17 @@ class StepModel:
             mode=cal.mode,
             bytes_per_weight=bytes_per_weight,
             kv_bytes_per_element=kv_bytes_per_element,
+        )
+        unsplit = cal.layer_floor_s > 0 or cal.prefill_layer_floor_s > 0
+        if allreduce is None and not unsplit:
+            return pooled
+        return replace(
+            pooled,
+            comm_fixed_s=comm_fixed_s,
+            comm_per_token_s=comm_per_token_s,
+            unsplit_fixed_s=model.layers * cal.layer_floor_s,
+            unsplit_prefill_s=model.layers * cal.prefill_layer_floor_s,
+            unsplit_per_token_s=unsplit_bytes_per_token / one_gpu_bytes_per_s if unsplit else 0.0,
         )
 
     @property
@@ -236,7 +273,21 @@ class StepModel:
         else:
             roof = (compute**p + memory**p) ** (1.0 / p)
         seqs = decodes + prefill_chunks if prefill_tokens > 0 else decodes
-        return self.overhead_s + self.overhead_per_seq_s * seqs + roof + after
+        tokens = prefill_tokens + decodes
+        serial = (
+            self.comm_fixed_s
+            + self.unsplit_fixed_s
+            + (self.unsplit_prefill_s if prefill_tokens > 0 else 0.0)
+            + (self.comm_per_token_s + self.unsplit_per_token_s) * tokens
+        )
+        return self.overhead_s + self.overhead_per_seq_s * seqs + roof + after + serial
+
+    def comm_time_s(self, prefill_tokens: float, decodes: float) -> float:
+        """The all-reduces' part of an iteration of ``prefill_tokens`` and ``decodes`` (0 on one
+        GPU): what :meth:`step_time_s` adds after the roofline."""
+        if prefill_tokens <= 0 and decodes <= 0:
+            return 0.0
+        return self.comm_fixed_s + self.comm_per_token_s * (prefill_tokens + decodes)
 
     def roofline_terms_s(
         self,

@@ -127,6 +127,11 @@ def analytic_profile(
         kv_bytes_per_s=model.kv_bytes_per_s,
         sharpness=model.sharpness,
         accounting=model.accounting,
+        comm_fixed_s=model.comm_fixed_s,
+        comm_per_token_s=model.comm_per_token_s,
+        unsplit_fixed_s=model.unsplit_fixed_s,
+        unsplit_prefill_s=model.unsplit_prefill_s,
+        unsplit_per_token_s=model.unsplit_per_token_s,
     )
     return Profile(
         kind="analytic",

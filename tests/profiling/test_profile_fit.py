@@ -10,7 +10,9 @@ import pytest
 from profile_truths import llama_on_h100
 
 from budgettune.core.hardware import resolve_gpu, resolve_model
-from budgettune.model.fit import ShapeConstants, fit_step_model, predict_s, probe_work
+from budgettune.model.calibration import calibration_for
+from budgettune.model.fit import ShapeConstants, fit_step_model, probe_work
+from budgettune.model.probe_work import model_predict_s
 from budgettune.model.profile import Probe, StepFit
 from budgettune.model.ridge import fit_ridge
 from budgettune.model.stepmodel import StepModel
@@ -187,21 +189,21 @@ def test_tile_probe_ratio_reported_and_kept_out_of_the_fits(
 @pytest.mark.parametrize("calibration", ["seed", "measured"])
 @pytest.mark.parametrize("mode", ["overlapped", "serialized"])
 def test_vectorised_prediction_equals_the_step_model(calibration: str, mode: str) -> None:
+    """Over the probes' arrays, the same times as the step model's hot path: the roofline,
+    and (on four GPUs, in the measured calibration) the all-reduces and the per-layer floors."""
     shapes = [(0, 1, 100), (512, 0, 0), (300, 7, 3000), (8192, 256, 4096), (64, 64, 64)]
     probes = [Probe("mixed", p, b, c, (1.0,)) for p, b, c in shapes]
-    m = dataclasses.replace(llama_on_h100(calibration, mode), overhead_per_seq_s=3e-5)
-    predicted = predict_s(
-        probe_work(probes, ShapeConstants.of(m)),
-        m.flops_per_s,
-        m.bytes_per_s,
-        m.overhead_s,
-        m.mode,
-        m.overhead_per_seq_s,
-        kv_bytes_per_s=m.kv_streaming_bytes_per_s,
-        sharpness=m.sharpness,
+    gpu = resolve_gpu("h100-sxm")
+    cal = calibration_for(calibration, gpu.name).with_overrides(mode=mode)
+    full = StepModel.from_hardware(
+        resolve_model("llama-3.1-70b"), gpu, calibration=cal, tensor_parallel=4
     )
-    expected = [m.iteration_time_s([(p, 0)] if p else [], [c] * b) for p, b, c in shapes]
-    np.testing.assert_allclose(predicted, expected, rtol=1e-12)
+    assert full.comm_per_token_s > 0
+    assert (full.unsplit_prefill_s > 0) == (calibration == "measured")
+    for m in (dataclasses.replace(llama_on_h100(calibration, mode), overhead_per_seq_s=3e-5), full):
+        predicted = model_predict_s(probe_work(probes, ShapeConstants.of(m)), m)
+        expected = [m.iteration_time_s([(p, 0)] if p else [], [c] * b) for p, b, c in shapes]
+        np.testing.assert_allclose(predicted, expected, rtol=1e-12)
 
 
 def test_request_overhead_of_the_ttft_series_is_fitted_apart(

@@ -1,0 +1,125 @@
+"""Tensor parallelism's communication term: the all-reduce figures against the tables they are
+fitted to (data/aiconfigurator/allreduce/), the step model's use of them, and `roofline`'s
+report of them."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from budgettune.cli import app
+from budgettune.core.hardware import GPU_LINKS, GPU_PRESETS, resolve_gpu, resolve_model
+from budgettune.model.allreduce import (
+    MEASURED_GPU_COUNTS,
+    SIBLINGS,
+    allreduce_for,
+    allreduces,
+    fitted_allreduce_gpus,
+    measured_count,
+)
+from budgettune.model.stepmodel import StepModel
+
+TABLES = Path(__file__).resolve().parents[1] / "data" / "aiconfigurator" / "allreduce"
+# The messages an iteration sends: one token of an 8B model's 4,096 activations up to 8,192
+# tokens of a 70B model's 8,192.
+SMALLEST, LARGEST = 4096, 8192 * 8192
+runner = CliRunner()
+
+
+def _table(gpu: str) -> list[tuple[int, int, float]]:
+    with (TABLES / f"{gpu}.csv").open() as handle:
+        rows = csv.DictReader(handle)
+        return [(int(r["gpus"]), int(r["elements"]), float(r["ms"])) for r in rows]
+
+
+@pytest.mark.parametrize("gpu", fitted_allreduce_gpus())
+def test_the_fitted_figures_follow_their_table(gpu: str) -> None:
+    """Each GPU count's two figures (latency, share of the link) against the table's times
+    over the messages an iteration sends. vLLM's custom all-reduce switches algorithm with the
+    size, which two figures cannot follow exactly; the iteration-level errors are held in
+    tests/test_calibration_tp.py."""
+    rows = _table(gpu)
+    assert {n for n, _, _ in rows} == set(MEASURED_GPU_COUNTS)
+    for n in MEASURED_GPU_COUNTS:
+        allreduce = allreduce_for(resolve_gpu(gpu), n)
+        assert allreduce is not None
+        errors = np.array(
+            [allreduce.time_s(e) / (ms / 1e3) - 1 for g, e, ms in rows
+             if g == n and SMALLEST <= e <= LARGEST]
+        )  # fmt: skip
+        assert len(errors) >= 10
+        assert math.sqrt(float(np.mean(errors**2))) <= 0.30, (gpu, n)
+
+
+def test_one_gpu_sends_nothing() -> None:
+    shape, gpu = resolve_model("llama-3.1-70b"), resolve_gpu("h100-sxm")
+    assert allreduce_for(gpu, 1) is None
+    one = StepModel.from_hardware(shape, gpu)
+    assert one.comm_fixed_s == one.comm_per_token_s == 0.0
+    assert one.comm_time_s(512, 64) == 0.0
+
+
+def test_the_step_model_adds_every_layers_two_allreduces() -> None:
+    shape, gpu = resolve_model("llama-3.1-70b"), resolve_gpu("h100-sxm")
+    four = StepModel.from_hardware(shape, gpu, tensor_parallel=4)
+    allreduce = allreduce_for(gpu, 4)
+    assert allreduce is not None and allreduces(shape.layers) == 161
+    tokens = 512 + 64
+    expected = 161 * allreduce.time_s(tokens * shape.hidden)
+    assert four.comm_time_s(512, 64) == pytest.approx(expected, rel=1e-9)
+    # it adds to the pooled roofline, whatever else the iteration holds
+    pooled = StepModel.from_hardware(shape, gpu, tensor_parallel=4)
+    without = pooled.step_time_s(512, 512 * 256, 0, 64, 64 * 1024) - expected
+    assert without > 0
+    # more GPUs: a shorter iteration, of which the all-reduces are a larger part
+    eight = StepModel.from_hardware(shape, gpu, tensor_parallel=8)
+    args = (512, 512 * 256, 0, 64, 64 * 1024)
+    assert eight.step_time_s(*args) < four.step_time_s(*args)
+    share = [m.comm_time_s(512, 64) / m.step_time_s(*args) for m in (four, eight)]
+    assert share[1] > share[0]
+
+
+def test_gpu_counts_between_the_tables_take_the_next_one_up_and_say_so() -> None:
+    assert [measured_count(n) for n in (2, 3, 4, 5, 8, 16)] == [2, 4, 4, 8, 8, 8]
+    six = allreduce_for(resolve_gpu("h200"), 6)
+    assert six is not None and "6 GPUs estimated from 8" in six.source
+
+
+def test_every_preset_has_a_link_and_figures_saying_where_they_come_from() -> None:
+    assert set(GPU_LINKS) == set(GPU_PRESETS)
+    for name, gpu in GPU_PRESETS.items():
+        allreduce = allreduce_for(gpu, 4)
+        assert allreduce is not None and allreduce.link == GPU_LINKS[name]
+        assert "AIConfigurator" in allreduce.source
+        if name not in fitted_allreduce_gpus():
+            assert f"estimated from its nearest sibling, {SIBLINGS[name]}'s" in allreduce.source
+    # a PCIe card is slower to reach than an NVLink one
+    pcie, nvlink = allreduce_for(GPU_PRESETS["l40s"], 4), allreduce_for(GPU_PRESETS["h100-sxm"], 4)
+    assert pcie is not None and nvlink is not None
+    assert pcie.time_s(1 << 20) > 5 * nvlink.time_s(1 << 20)
+
+
+def test_roofline_reports_the_communication_time() -> None:
+    args = ["roofline", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tensor-parallel", "4"]
+    shown = runner.invoke(app, args)
+    assert shown.exit_code == 0, shown.output
+    text = " ".join(shown.output.split())
+    assert "161 all-reduces an iteration over 4 GPUs on NVLink 4" in text
+    assert "At the ridge" in text and "all-reduces" in text
+    doc = json.loads(runner.invoke(app, [*args, "--json"]).output)
+    assert doc["allreduce"]["gpus"] == 4 and doc["allreduce"]["per_iteration"] == 161
+    assert 0.05 < doc["at_ridge"]["comm_share"] < 0.5
+    iteration = json.loads(
+        runner.invoke(app, [*args, "--prefill", "512", "--decodes", "64", "--context", "1024",
+                            "--json"]).output
+    )  # fmt: skip
+    assert iteration["comm_ms"] > 0 and 0 < iteration["comm_share"] < 1
+    assert iteration["step_ms"] > iteration["comm_ms"]
+    one = json.loads(runner.invoke(app, ["roofline", "--prefill", "512", "--json"]).output)
+    assert one["comm_ms"] == 0 and "allreduce" not in one
