@@ -123,3 +123,46 @@ def test_roofline_reports_the_communication_time() -> None:
     assert iteration["step_ms"] > iteration["comm_ms"]
     one = json.loads(runner.invoke(app, ["roofline", "--prefill", "512", "--json"]).output)
     assert one["comm_ms"] == 0 and "allreduce" not in one
+
+
+def test_results_json_says_where_the_allreduces_come_from(tmp_path: Path) -> None:
+    """A split run on a GPU without a table of its own records its all-reduces as estimated
+    from the nearest sibling, as the calibration does."""
+    out = tmp_path / "sim"
+    args = ["simulate", "--model", "llama-3.1-70b", "--gpu", "h100-pcie", "--requests", "40"]
+    result = runner.invoke(app, [*args, "--tensor-parallel-size", "4", "--budgets", "512", "-o",
+                                 str(out)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    label = json.loads((out / "results.json").read_text())["config"]["step_model"]
+    assert "all-reduces over 4 GPUs on PCIe Gen 5 x16" in label
+    assert "h100-pcie not covered, estimated from its nearest sibling, l40s's share" in label
+    one = tmp_path / "one"
+    alone = ["simulate", "--gpu", "h100-pcie", "--requests", "40", "--budgets", "512"]
+    assert runner.invoke(app, [*alone, "-o", str(one)]).exit_code == 0
+    assert (
+        "all-reduces" not in json.loads((one / "results.json").read_text())["config"]["step_model"]
+    )
+
+
+def test_the_sim_engine_and_a_sweeps_predictions_split_the_model() -> None:
+    """`sweep --engine sim --tensor-parallel-size 4` starts the built-in engine on four GPUs'
+    model, all-reduces included, and predicts with the same model."""
+    from budgettune.app.sweep_setup import analytic_model
+    from budgettune.engines.base import LaunchSpec
+    from budgettune.engines.embedded.cli import config_from_args
+    from budgettune.engines.embedded.engine import SimEngine
+    from budgettune.engines.embedded.server import build
+
+    spec = LaunchSpec(model="llama-3.1-70b", tensor_parallel_size=4, budget_tokens=512)
+    argv = SimEngine().command(spec, 8123)
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "4"
+    core, _, banner = build(config_from_args(argv[argv.index("--host") :]))
+    assert "llama-3.1-70b on h100-sxm x 4" in banner
+    expected = StepModel.from_hardware(
+        resolve_model("llama-3.1-70b"), resolve_gpu("h100-sxm"), tensor_parallel=4
+    )
+    assert core.step_model == expected and expected.comm_per_token_s > 0
+    predicted, source, _ = analytic_model(
+        False, "llama-3.1-70b", "h100-sxm", "sim", tensor_parallel=4
+    )
+    assert predicted == expected and "llama-3.1-70b on h100-sxm x 4" in source

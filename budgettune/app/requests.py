@@ -265,6 +265,7 @@ class ServeRequest:
     emission_log: Path | None
     api_key: str | None = field(default=None, repr=False)  # None or empty: no key required
     calibration: CalibrationChoice = CalibrationChoice()
+    tensor_parallel: int = 1
 
 
 _PATHS = frozenset({"trace", "profile", "output", "resume"})

@@ -47,6 +47,7 @@ def server_config(request: ServeRequest) -> SimServerConfig:
         model=request.model,
         gpu=request.gpu,
         dtype=request.dtype,
+        tensor_parallel=request.tensor_parallel,
         max_model_len=parse_tokens(max_model_len, field="max_model_len") if max_model_len else None,
         gpu_memory_utilization=request.gpu_memory_utilization,
         block_size=request.block_size,

@@ -17,6 +17,7 @@ from budgettune.app.requests import (
     SIMULATE_OUTPUT_DIST,
     SIMULATE_RATE_PER_S,
     SIMULATE_REQUESTS,
+    ModelRequest,
     SimulateRequest,
     flat_options,
 )
@@ -26,6 +27,7 @@ from budgettune.app.traffic import Traffic, build_traffic
 from budgettune.core.errors import SpecError
 from budgettune.core.hardware import GPU, HardwareFacts
 from budgettune.core.slo import SLO
+from budgettune.model.allreduce import allreduce_for
 from budgettune.model.stepmodel import StepModel
 from budgettune.sim.kvcache import kv_capacity_blocks
 from budgettune.sim.scheduler import SchedulerConfig
@@ -81,6 +83,24 @@ class PreparedSimulation:
         )
 
 
+def _presets_label(
+    model: ModelRequest, gpu: GPU, step_model: StepModel, tensor_parallel: int
+) -> str:
+    """Where the presets' iteration times come from: the calibration and its source, and on
+    several GPUs the all-reduces' (a GPU without figures of its own says which it borrows)."""
+    calibration = calibration_of(model, gpu)
+    label = (
+        f"{model.model} on {gpu.name} ({step_model.mode}; calibration {calibration.name}: "
+        f"{calibration.source})"
+    )
+    allreduce = allreduce_for(gpu, tensor_parallel)
+    if allreduce is not None:
+        label += (
+            f"; all-reduces over {allreduce.gpus} GPUs on {allreduce.link.name}: {allreduce.source}"
+        )
+    return label
+
+
 def prepare_simulation(
     request: SimulateRequest, *, warn: Callable[[str], None]
 ) -> PreparedSimulation:
@@ -120,12 +140,8 @@ def prepare_simulation(
             ridge_label = "fitted F/B = {:.0f} tokens (the profile found no knee)"
     else:
         step_model = step_model_of(model, gpu)
-        calibration = calibration_of(model, gpu)
         options.update(mode=step_model.mode)
-        model_label = (
-            f"{model.model} on {gpu.name} ({step_model.mode}; calibration {calibration.name}: "
-            f"{calibration.source})"
-        )
+        model_label = _presets_label(model, gpu, step_model, tensor_parallel)
     capacity = kv_capacity_blocks(
         step_model,
         gpu,

@@ -340,7 +340,12 @@ def model_plan(
     else:
         card = target.gpu_card.name if target.gpu_card else None
         step_model, source, kind = analytic_model(
-            profile is not None, model, card, engine, request.calibration
+            profile is not None,
+            model,
+            card,
+            engine,
+            request.calibration,
+            tensor_parallel=spec.tensor_parallel_size or 1,
         )
     detected = target.detected
     if detected is not None and detected.name and detected.preset is None:
@@ -685,18 +690,27 @@ def analytic_model(
     gpu: str | None,
     engine: str,
     calibration: str = DEFAULT_CALIBRATION,
+    *,
+    tensor_parallel: int = 1,
 ) -> tuple[StepModel, str, ModelSourceKind]:
-    """The predictions' analytic roofline in ``calibration``, with a line saying why it is the
-    model (``asked_analytic``: ``--profile analytic``), and its kind."""
+    """The predictions' analytic roofline in ``calibration`` on ``tensor_parallel`` GPUs, with a
+    line saying why it is the model (``asked_analytic``: ``--profile analytic``), and its
+    kind."""
     from budgettune.app.step_model import calibration_of, step_model_of
 
     analytic = ModelSourceKind.ANALYTIC
     shape_source = model or DEFAULT_MODEL
     card = gpu or DEFAULT_GPU
-    asked = ModelRequest(model=shape_source, gpu=card, calibration=CalibrationChoice(calibration))
+    asked = ModelRequest(
+        model=shape_source,
+        gpu=card,
+        tensor_parallel=tensor_parallel,
+        calibration=CalibrationChoice(calibration),
+    )
     step_model = step_model_of(asked)
     calibrated = calibration_of(asked)
-    roofline = f"analytic roofline of {shape_source} on {card}"
+    split = f" x {tensor_parallel}" if tensor_parallel > 1 else ""
+    roofline = f"analytic roofline of {shape_source} on {card}{split}"
     where = f"; calibration {calibrated.name}: {calibrated.source}"
     if asked_analytic:
         return (

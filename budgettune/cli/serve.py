@@ -45,6 +45,7 @@ def serve(
     model: mo.Model = mo.DEFAULTS.model,
     gpu: mo.GpuName = mo.DEFAULTS.gpu,
     dtype: mo.Dtype = mo.DEFAULTS.dtype,
+    tensor_parallel: mo.TensorParallel = mo.DEFAULTS.tensor_parallel,
     calibration: CalibrationChoice = mo.DEFAULTS.calibration,  # mo.CALIBRATION, packed
     profile: mo.Profile = None,
     max_model_len: Annotated[
@@ -114,6 +115,7 @@ def serve(
         max_num_seqs=max_num_seqs,
         model=model,
         dtype=dtype,
+        tensor_parallel=tensor_parallel,
         gpu_memory_utilization=gpu_memory_utilization,
         block_size=block_size,
         long_prefill_token_threshold=long_prefill_token_threshold,

@@ -38,6 +38,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu", default="h100-sxm", help="GPU preset")
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument(
+        "--tensor-parallel-size",
+        type=int,
+        default=1,
+        help="GPUs the model is split over: they pool FLOP/s, bandwidth and memory, and "
+        "all-reduce every layer's activations",
+    )
+    p.add_argument(
         "--max-num-batched-tokens",
         type=int,
         default=None,
@@ -132,6 +139,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> SimServerConfig:
         model=args.model,
         gpu=args.gpu,
         dtype=args.dtype,
+        tensor_parallel=args.tensor_parallel_size,
         max_model_len=args.max_model_len,
         gpu_memory_utilization=args.gpu_memory_utilization,
         block_size=args.block_size,

@@ -41,6 +41,7 @@ class SimServerConfig:
     model: str = "llama-3.1-8b"
     gpu: str = "h100-sxm"
     dtype: str = "bfloat16"
+    tensor_parallel: int = 1  # GPUs the model is split over (presets only; a profile says its own)
     max_model_len: int | None = None
     gpu_memory_utilization: float = 0.9
     block_size: int = DEFAULT_BLOCK_SIZE

@@ -32,6 +32,7 @@ WHEN_SET = {
     "--model": "--model",
     "--gpu": "--gpu",
     "--max-model-len": "--max-model-len",
+    "--tensor-parallel-size": "--tensor-parallel-size",
 }
 
 
@@ -61,6 +62,8 @@ class SimEngine:
             cmd += ["--gpu", spec.gpu]
         if spec.max_model_len is not None:
             cmd += ["--max-model-len", str(spec.max_model_len)]
+        if spec.tensor_parallel_size is not None:
+            cmd += ["--tensor-parallel-size", str(spec.tensor_parallel_size)]
         managed = {**MANAGED_FLAGS, **{f: o for f, o in WHEN_SET.items() if f in cmd}}
         check_passthrough(spec.extra_args, managed, "sim", abbreviations=False)
         return cmd + list(spec.extra_args)

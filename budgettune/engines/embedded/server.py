@@ -38,7 +38,7 @@ DEFAULT_MAX_MODEL_LEN = 8192  # when the model shape does not say
 def build(config: SimServerConfig) -> tuple[SimCore, SimApp, str]:
     """Construct the scheduler, step model, metrics, core and app; returns them and a banner.
     Raises SpecError for bad presets or settings."""
-    tensor_parallel = 1
+    tensor_parallel = config.tensor_parallel
     dtype = config.dtype
     source = "presets"
     if config.profile is not None:
@@ -55,7 +55,11 @@ def build(config: SimServerConfig) -> tuple[SimCore, SimApp, str]:
         gpu = resolve_gpu(config.gpu)
         calibration = config.calibration.resolve(gpu.name)
         step_model = StepModel.from_hardware(
-            shape, gpu, calibration=calibration, bytes_per_weight=dtype_bytes(config.dtype)
+            shape,
+            gpu,
+            calibration=calibration,
+            bytes_per_weight=dtype_bytes(config.dtype),
+            tensor_parallel=tensor_parallel,
         )
         source = f"presets, calibration {calibration.name} ({step_model.mode})"
     blocks = kv_capacity_blocks(
@@ -90,7 +94,8 @@ def build(config: SimServerConfig) -> tuple[SimCore, SimApp, str]:
     )
     budget = "off (prefill-first)" if config.budget_tokens is None else config.budget_tokens
     banner = (
-        f"budgettune {__version__} sim engine: {shape.name} on {gpu.name} ({dtype}), "
+        f"budgettune {__version__} sim engine: {shape.name} on {gpu.name}"
+        f"{f' x {tensor_parallel}' if tensor_parallel > 1 else ''} ({dtype}), "
         f"budget {budget}, max_num_seqs {config.max_num_seqs}, max_model_len {max_len}, "
         f"KV {blocks} blocks of {config.block_size}, ridge {step_model.ridge_tokens:.0f} tokens, "
         f"time scale {config.time_scale:g}; step model from {source}"
