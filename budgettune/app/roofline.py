@@ -229,27 +229,24 @@ def answer(request: RooflineRequest) -> RooflineAnswer:
     gpu = gpu_of(request.model)
     calibration = calibration_of(request.model, gpu)
     step_model = step_model_of(request.model, gpu)
-    allreduce = allreduce_for(gpu, request.model.tensor_parallel)
-    parallel = {
-        "calibration": calibration,
-        "allreduce": allreduce,
-        "allreduces": allreduces(resolve_model(request.model.model).layers) if allreduce else 0,
-        "at_ridge": (
-            iteration_time(step_model, [PrefillChunk(round(step_model.ridge_tokens))], 0, 0)
-            if allreduce is not None and step_model.ridge_tokens >= 1
-            else None
-        ),
-    }
+    times: IterationTime | ChunkingTimes
     if request.prompt is not None:
         sizes = parse_int_list(request.chunk_sizes, field="chunk_sizes")
-        chunked = chunking_times(
-            step_model, request.prompt, sizes, request.decodes, request.context
-        )
-        return RooflineAnswer(chunked, asked_iteration=True, **parallel)  # type: ignore[arg-type]
-    chunks = [parse_prefill_chunk(text) for text in request.prefill]
-    times = iteration_time(step_model, chunks, request.decodes, request.context)
+        times = chunking_times(step_model, request.prompt, sizes, request.decodes, request.context)
+        asked = True
+    else:
+        chunks = [parse_prefill_chunk(text) for text in request.prefill]
+        times = iteration_time(step_model, chunks, request.decodes, request.context)
+        asked = bool(chunks or request.decodes)
+    allreduce = allreduce_for(gpu, request.model.tensor_parallel)
+    if allreduce is None:
+        return RooflineAnswer(times, asked_iteration=asked, calibration=calibration)
+    ridge_tokens = max(1, round(step_model.ridge_tokens))
     return RooflineAnswer(
         times,
-        asked_iteration=bool(chunks or request.decodes),
-        **parallel,  # type: ignore[arg-type]
+        asked_iteration=asked,
+        calibration=calibration,
+        allreduce=allreduce,
+        allreduces=allreduces(resolve_model(request.model.model).layers),
+        at_ridge=iteration_time(step_model, [PrefillChunk(ridge_tokens)], 0, 0),
     )

@@ -75,26 +75,22 @@ def measured_count(gpus: int) -> int:
     return next((n for n in MEASURED_GPU_COUNTS if n >= gpus), MEASURED_GPU_COUNTS[-1])
 
 
-def allreduce_for(
-    gpu: GPU, gpus: int, figures: dict[int, tuple[float, float]] | None = None
-) -> AllReduce | None:
-    """The all-reduce of ``gpus`` GPUs like ``gpu`` (None for one GPU), from the fitted table
-    (``figures``: a GPU's own, as the fitting script tries them)."""
+def allreduce_for(gpu: GPU, gpus: int) -> AllReduce | None:
+    """The all-reduce of ``gpus`` GPUs like ``gpu`` (None for one GPU), from the fitted table;
+    its source says when the figures are a sibling's or another GPU count's."""
     if gpus <= 1:
         return None
     sibling = gpu.name if gpu.name in _FITTED else SIBLINGS.get(gpu.name, CUSTOM_SIBLING)
     count = measured_count(gpus)
-    share, latency_us = (figures or _FITTED[sibling])[count]
+    share, latency_us = _FITTED[sibling][count]
     link = link_of(gpu)
     source = f"{SOURCE} ({sibling}, {count} GPUs)"
-    if figures is not None:
-        source = "as fitted"
-    elif sibling != gpu.name:
+    if sibling != gpu.name:
         source = (
             f"{SOURCE}: {gpu.name} not covered, estimated from its nearest sibling, "
             f"{sibling}'s share of its link, on its own {link.name}"
         )
-    if figures is None and count != gpus:
+    if count != gpus:
         source += f"; {gpus} GPUs estimated from {count}"
     return AllReduce(gpus, link, latency_us * 1e-6, share * link.bytes_per_s, source)
 

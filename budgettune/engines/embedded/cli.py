@@ -118,6 +118,7 @@ def flag_of(field: str | None) -> str | None:
         "budget_tokens": "--max-num-batched-tokens",
         "keep_alive_timeout_s": "--timeout-keep-alive",
         "request_timeout_s": "--timeout-request",
+        "tensor_parallel": "--tensor-parallel-size",
     }
     if field in renamed:
         return renamed[field]
