@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from budgettune.app.requests import ClientRequest
+from budgettune.core.auth import HIDDEN, hide_env
 from budgettune.core.errors import SpecError
 from budgettune.core.limits import MAX_SEQS, check_count
 from budgettune.core.units import parse_duration_s
@@ -23,7 +24,7 @@ PROMPT_FORMS = ("auto", "text", "ids")
 TOKENIZING_ENGINES = ("vllm", "sglang", "trtllm")
 
 KEY_OPTION = "--api-key"
-HIDDEN = "***"
+ENV_OPTION = "--env"
 
 
 @dataclass(slots=True, frozen=True)
@@ -150,18 +151,20 @@ def client_settings(request: ClientRequest) -> ClientSettings:
 
 def without_key(command: Sequence[str]) -> tuple[str, ...]:
     """The command line as results record it: the value of ``--api-key KEY`` (or
-    ``--api-key=KEY``) replaced by ``***``."""
+    ``--api-key=KEY``) replaced by ``***``, and so is a secret's in ``--env NAME=VALUE``
+    (HF_TOKEN, *_API_KEY: :func:`budgettune.core.auth.secret_name`)."""
     shown: list[str] = []
-    hide_next = False
+    after = ""  # the option the previous argument was, when it takes a value
     for arg in command:
-        if hide_next:
+        if after == KEY_OPTION:
             shown.append(HIDDEN)
-            hide_next = False
-        elif arg == KEY_OPTION:
-            shown.append(arg)
-            hide_next = True
+        elif after == ENV_OPTION:
+            shown += hide_env([arg])
         elif arg.startswith(KEY_OPTION + "="):
             shown.append(f"{KEY_OPTION}={HIDDEN}")
+        elif arg.startswith(ENV_OPTION + "="):
+            shown.append(f"{ENV_OPTION}={hide_env([arg.removeprefix(ENV_OPTION + '=')])[0]}")
         else:
             shown.append(arg)
+        after = arg if arg in (KEY_OPTION, ENV_OPTION) and after == "" else ""
     return tuple(shown)

@@ -4,6 +4,7 @@ built from a :class:`LaunchRequest` (the budget and log path are set per launch)
 from __future__ import annotations
 
 import dataclasses
+import os
 import shlex
 import shutil
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 
 from budgettune.app.baseline import Baseline
 from budgettune.app.requests import DEFAULT_MODEL, LaunchRequest, SweepRequest
-from budgettune.core.auth import check_api_key
+from budgettune.core.auth import HIDDEN, check_api_key, secret_name
 from budgettune.core.errors import SpecError, shorten
 from budgettune.core.hardware import check_model_len, resolve_model
 from budgettune.core.limits import MAX_GPUS, MAX_SEQS, check_count, check_share
@@ -34,13 +35,26 @@ def split_words(text: str, *, field: str) -> list[str]:
 
 
 def parse_env(items: tuple[str, ...] | list[str]) -> dict[str, str]:
-    """KEY=VALUE pairs; an item without '=' or with an empty key is an error naming it."""
+    """KEY=VALUE pairs; an item without '=' or with an empty key is an error naming it. A
+    secret saved hidden (``HF_TOKEN=***``, read back by ``--resume``) takes its value from
+    budgettune's own environment, or is an error asking for it again."""
     env: dict[str, str] = {}
     for item in items:
         key, eq, value = item.partition("=")
-        if not eq or not key.strip():
-            raise SpecError(f"expected KEY=VALUE, got {item!r}", field="env")
-        env[key.strip()] = value
+        key = key.strip()
+        if not eq or not key:
+            raise SpecError(f"expected KEY=VALUE, got {shorten(repr(item))}", field="env")
+        if value == HIDDEN and secret_name(key):
+            if key not in os.environ:
+                raise SpecError(
+                    f"{key} is a secret the saved sweep does not keep; set {key} in "
+                    f"budgettune's environment, or give every --env again",
+                    field="env",
+                    hint="budgettune writes no secret into a run folder (HF_TOKEN, *_API_KEY, "
+                    "*_SECRET*, *_PASSWORD: their values read ***)",
+                )
+            value = os.environ[key]
+        env[key] = value
     return env
 
 

@@ -26,6 +26,7 @@ from budgettune.app.requests import (
 )
 from budgettune.app.simulate import parse_budgets
 from budgettune.app.traffic import Traffic, build_traffic, max_model_len_tokens
+from budgettune.core.auth import hide_env
 from budgettune.core.errors import SpecError
 from budgettune.core.hardware import HardwareFacts, resolve_gpu, resolve_model
 from budgettune.core.limits import check_port
@@ -153,7 +154,7 @@ def _replay_settings(
     return dict(
         engine=engine, url=url, budget=budget_tokens, chunked_prefill=chunked,
         max_num_seqs=spec.max_num_seqs, model=model, gpu=gpu, engine_cmd=launch.engine_cmd,
-        env=list(launch.env), engine_args=list(spec.extra_args), dtype=launch.dtype,
+        env=hide_env(launch.env), engine_args=list(spec.extra_args), dtype=launch.dtype,
         tensor_parallel_size=launch.tensor_parallel_size,
         gpu_memory_utilization=launch.gpu_memory_utilization,
         prefix_caching=launch.prefix_caching, health_timeout_s=spec.health_timeout_s,

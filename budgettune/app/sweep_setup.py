@@ -57,6 +57,7 @@ from budgettune.artifacts.sweep_options import (
     restore_options,
     saved_options,
 )
+from budgettune.core.auth import hide_env
 from budgettune.core.engine_defaults import DefaultBudget, default_budget_on
 from budgettune.core.errors import SpecError
 from budgettune.core.hardware import GPU, resolve_gpu
@@ -639,7 +640,7 @@ def _settings(
         "profile": str(run_dir / PROFILE_FILE) if measure_first else profile and str(profile),
         "budgets": request.budgets, "align": request.align,
         "max_num_seqs": _seqs_setting(launch), "engine_cmd": launch.engine_cmd,
-        "engine_args": list(engine_args), "env": list(launch.env), "dtype": launch.dtype,
+        "engine_args": list(engine_args), "env": hide_env(launch.env), "dtype": launch.dtype,
         "prefix_caching": launch.prefix_caching, "trace": str(trace) if trace else None,
         "rate": rate, "synthetic": synthetic, "requests": len(traffic.schedule),
         "warmup": request.client.warmup, "seed": traffic_request.seed, "goodput": request.goodput,

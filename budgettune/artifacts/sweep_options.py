@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from budgettune.artifacts.runfolder import read_settings
+from budgettune.core.auth import hide_env
 from budgettune.core.errors import BudgettuneError, UserError
 from budgettune.core.units import parse_duration_s, parse_int_list
 
@@ -39,12 +40,16 @@ _KEYWORDS = frozenset({"analytic"})  # --profile analytic is no path
 
 
 def saved_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    """The options to record in sweep.json, JSON-ready (paths as text)."""
-    return {
+    """The options to record in sweep.json, JSON-ready (paths as text; a secret's value in
+    ``--env`` hidden, as the API key is left out)."""
+    saved = {
         name: str(value) if isinstance(value, Path) else value
         for name, value in options.items()
         if name not in NOT_SAVED
     }
+    if saved.get("env"):
+        saved["env"] = hide_env(saved["env"])
+    return saved
 
 
 def read_saved_options(run_dir: Path) -> dict[str, Any] | None:

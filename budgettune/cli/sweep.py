@@ -214,7 +214,8 @@ def sweep(
         # An option the user did not type came from the run folder: blame the file.
         raise UserError(
             f"{resume / 'sweep.json'}: the saved {flags[field]}: {error.message}",
-            hint="this run's sweep.json was changed or is damaged; start a new sweep with -o",
+            hint=error.hint
+            or "this run's sweep.json was changed or is damaged; start a new sweep with -o",
         ) from None
     from budgettune.app.sweep_setup import executor_for
 

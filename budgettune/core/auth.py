@@ -1,10 +1,33 @@
 """The bearer header of vLLM's ``--api-key``, in one place: the load generator sends it with
 every request and the engine lifecycle with its readiness checks (neither layer may import the
-other)."""
+other). And which engine environment variables are secrets, kept out of every file."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
+
 from budgettune.core.errors import UserError
+
+HIDDEN = "***"  # what a file shows in place of a secret
+# Environment variable names that hold credentials: HF_TOKEN, HUGGING_FACE_HUB_TOKEN,
+# VLLM_API_KEY, OPENAI_API_KEY, AWS_SECRET_ACCESS_KEY, a *_PASSWORD, *_CREDENTIALS, *_AUTH.
+_SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
+
+
+def secret_name(name: str) -> bool:
+    """Whether an environment variable of this name holds a credential."""
+    return bool(_SECRET_NAME.search(name))
+
+
+def hide_env(items: Sequence[str]) -> list[str]:
+    """``--env NAME=VALUE`` items as files record them: a secret's value replaced by ``***``
+    (``--resume`` asks for it again, or takes it from budgettune's own environment)."""
+    shown = []
+    for item in items:
+        name, eq, _ = item.partition("=")
+        shown.append(f"{name}={HIDDEN}" if eq and secret_name(name.strip()) else item)
+    return shown
 
 
 def check_api_key(api_key: str | None) -> None:
