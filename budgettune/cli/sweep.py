@@ -50,9 +50,10 @@ Gpu = Annotated[
 ]
 Profile = Annotated[Path | None, typer.Option(
     "--profile", help="A profile from `budgettune profile` (calibrated step-time model). "
-    "Without one, vllm and sglang run the profile step first (saved as <run>/profile.json; "
-    "--resume reuses it); sim and external predict with the analytic roofline of --model on "
-    "--gpu. 'analytic' uses that roofline and skips the profile step.", rich_help_panel=eo.PANEL,
+    "Without one, vllm, sglang and trtllm run the profile step first (saved as "
+    "<run>/profile.json; --resume reuses it); sim and external predict with the analytic "
+    "roofline of --model on --gpu. 'analytic' uses that roofline and skips the profile step.",
+    rich_help_panel=eo.PANEL,
 )]  # fmt: skip
 Calibration = Annotated[str, typer.Option(
     "--calibration", help="Calibration of the analytic roofline (sim and external, or "
