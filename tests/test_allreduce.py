@@ -4,7 +4,6 @@ report of them."""
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from pathlib import Path
@@ -24,18 +23,13 @@ from budgettune.model.allreduce import (
     measured_count,
 )
 from budgettune.model.stepmodel import StepModel
+from budgettune.profiling.reference_fit import read_allreduce
 
-TABLES = Path(__file__).resolve().parents[1] / "data" / "aiconfigurator" / "allreduce"
+DATA = Path(__file__).resolve().parents[1] / "data" / "aiconfigurator"
 # The messages an iteration sends: one token of an 8B model's 4,096 activations up to 8,192
 # tokens of a 70B model's 8,192.
 SMALLEST, LARGEST = 4096, 8192 * 8192
 runner = CliRunner()
-
-
-def _table(gpu: str) -> list[tuple[int, int, float]]:
-    with (TABLES / f"{gpu}.csv").open() as handle:
-        rows = csv.DictReader(handle)
-        return [(int(r["gpus"]), int(r["elements"]), float(r["ms"])) for r in rows]
 
 
 @pytest.mark.parametrize("gpu", fitted_allreduce_gpus())
@@ -44,13 +38,13 @@ def test_the_fitted_figures_follow_their_table(gpu: str) -> None:
     over the messages an iteration sends. vLLM's custom all-reduce switches algorithm with the
     size, which two figures cannot follow exactly; the iteration-level errors are held in
     tests/test_calibration_tp.py."""
-    rows = _table(gpu)
+    rows = read_allreduce(DATA)[gpu]  # (gpus, elements, seconds)
     assert {n for n, _, _ in rows} == set(MEASURED_GPU_COUNTS)
     for n in MEASURED_GPU_COUNTS:
         allreduce = allreduce_for(resolve_gpu(gpu), n)
         assert allreduce is not None
         errors = np.array(
-            [allreduce.time_s(e) / (ms / 1e3) - 1 for g, e, ms in rows
+            [allreduce.time_s(e) / seconds - 1 for g, e, seconds in rows
              if g == n and SMALLEST <= e <= LARGEST]
         )  # fmt: skip
         assert len(errors) >= 10

@@ -149,7 +149,7 @@ def client_settings(request: ClientRequest) -> ClientSettings:
     )
 
 
-def without_key(command: Sequence[str]) -> tuple[str, ...]:
+def without_secrets(command: Sequence[str]) -> tuple[str, ...]:
     """The command line as results record it: the value of ``--api-key KEY`` (or
     ``--api-key=KEY``) replaced by ``***``, and so is a secret's in ``--env NAME=VALUE``
     (HF_TOKEN, *_API_KEY: :func:`budgettune.core.auth.secret_name`)."""

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from budgettune.app.client import ClientSettings, client_settings, without_key
+from budgettune.app.client import ClientSettings, client_settings, without_secrets
 from budgettune.app.launch import launch_spec, resolve_engine
 from budgettune.app.outputs import RESULTS_FOLDER, claim_folder
 from budgettune.app.replay import ReplayConfig
@@ -114,7 +114,7 @@ def prepare_replay(
         traffic=client.describe(traffic.description),
         output_dir=out_dir,
         write_report=True,
-        command=without_key(command),
+        command=without_secrets(command),
         config=_replay_settings(
             request, engine, (budget_tokens, chunked), spec, t, (slo_tbt_s, slo_ttft_s), traffic,
             client,

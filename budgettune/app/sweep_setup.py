@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from budgettune.app.baseline import Baseline
-from budgettune.app.client import ClientSettings, client_settings, without_key
+from budgettune.app.client import ClientSettings, client_settings, without_secrets
 from budgettune.app.launch import (
     SEQS_AUTO,
     budget_spec,
@@ -173,7 +173,7 @@ def prepare_sweep(
         say(f"prompts: {client.prompts_line()}")
         config = _sweep_config(
             request, slos, target, spec, run_options, chosen, budgets, load, run_dir, settings,
-            without_key(command),
+            without_secrets(command),
         )  # fmt: skip
         if slot_plan.parallel > 1 or request.ray:
             say(f"slots: {slot_plan.how}" + (f"; on Ray ({request.ray})" if request.ray else ""))

@@ -185,7 +185,7 @@ class StepModel:
         bandwidth, and all-reduce every layer's activations over their link. Raises SpecError
         for an unknown calibration name, or naming the option of a GPU count or weight size out
         of range."""
-        from budgettune.model.allreduce import allreduce_for, comm_coefficients
+        from budgettune.model.allreduce import ACTIVATION_BYTES, allreduce_for, comm_coefficients
         from budgettune.model.calibration import calibration_for
 
         check_count(tensor_parallel, field="tensor_parallel", maximum=MAX_GPUS)
@@ -198,7 +198,9 @@ class StepModel:
         allreduce = allreduce_for(gpu, tensor_parallel)
         comm_fixed_s, comm_per_token_s = comm_coefficients(allreduce, model.layers, model.hidden)
         # The norms' traffic runs on one GPU's bandwidth: every GPU of a split does it whole.
-        unsplit_bytes_per_token = model.layers * UNSPLIT_ELEMENTS_PER_LAYER * model.hidden * 2
+        unsplit_bytes_per_token = (
+            model.layers * UNSPLIT_ELEMENTS_PER_LAYER * model.hidden * ACTIVATION_BYTES
+        )
         one_gpu_bytes_per_s = gpu.bandwidth_bytes_per_s * cal.weight_bandwidth_efficiency
         pooled = cls.of_shape(
             model,

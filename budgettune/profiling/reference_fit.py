@@ -22,16 +22,15 @@ import csv
 import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from functools import cached_property
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 from scipy import optimize
 
-from budgettune.core.hardware import GPU, link_of, resolve_gpu, resolve_model
-from budgettune.model.allreduce import MEASURED_GPU_COUNTS
+from budgettune.core.hardware import Link, link_of, resolve_gpu, resolve_model
+from budgettune.model.allreduce import MEASURED_GPU_COUNTS, AllReduce
 from budgettune.model.calibration import Calibration, calibration_for
 from budgettune.model.probe_work import ShapeConstants, Work, model_predict_s, probe_work
 from budgettune.model.profile import Probe
@@ -67,9 +66,8 @@ class ReferenceFile:
     def name(self) -> str:
         return f"{self.model}_{self.gpu}" + (f"_tp{self.gpus}" if self.gpus > 1 else "")
 
-    @cached_property
-    def _works(self) -> dict[str, Work]:
-        return {}
+    # the probes' work per accounting, computed on first use
+    _works: dict[str, Work] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def work(self, model: StepModel) -> Work:
         """The probes' work (FLOPs, bytes) in ``model``'s accounting, computed once each."""
@@ -118,11 +116,12 @@ def worst(errors: FloatArray) -> float:
 
 
 def allreduce_time_s(
-    elements: FloatArray, gpus: int, share: float, latency_us: float, link_bytes_per_s: float
+    elements: FloatArray, gpus: int, share: float, latency_us: float, link: Link
 ) -> FloatArray:
-    """The ring all-reduce of ``elements`` 16-bit values (as :class:`AllReduce.time_s`)."""
-    ring_bytes = 2.0 * (gpus - 1) / gpus * elements * 2
-    return np.asarray(latency_us * 1e-6 + ring_bytes / (share * link_bytes_per_s))
+    """The all-reduce of ``elements`` 16-bit values with these figures: the step model's own
+    :meth:`AllReduce.time_s`, over an array of messages."""
+    allreduce = AllReduce(gpus, link, latency_us * 1e-6, share * link.bytes_per_s, "fit")
+    return np.asarray(allreduce.time_s(elements))  # type: ignore[arg-type]
 
 
 def _allreduce_points(
@@ -137,7 +136,7 @@ def fit_allreduce(gpu: str, rows: Sequence[tuple[int, int, float]]) -> AllReduce
     """Per GPU count in the table: the share of the link's peak and the latency (us) that fit
     its times best, in relative terms (least squares of the log ratio), over the messages an
     iteration sends."""
-    link = link_of(resolve_gpu(gpu)).bytes_per_s
+    link = link_of(resolve_gpu(gpu))
     figures = {}
     for n in MEASURED_GPU_COUNTS:
         elements, seconds = _allreduce_points(rows, n)
@@ -154,7 +153,7 @@ def allreduce_errors(
     gpu: str, rows: Sequence[tuple[int, int, float]], figures: AllReduceFigures
 ) -> dict[int, FloatArray]:
     """Relative errors of ``figures`` against the table, per GPU count."""
-    link = link_of(resolve_gpu(gpu)).bytes_per_s
+    link = link_of(resolve_gpu(gpu))
     out = {}
     for n, (share, latency_us) in figures.items():
         elements, seconds = _allreduce_points(rows, n)
@@ -176,15 +175,11 @@ def calibration_of(theta: Sequence[float] | FloatArray, mode: str, floors: Floor
     )
 
 
-def file_errors(
-    file: ReferenceFile, calibration: Calibration, gpu: GPU | None = None
-) -> FloatArray:
-    """Relative errors (model - reference) / reference on ``file``, GPU time only (t0 = 0),
-    on ``gpu`` (default: the file's own)."""
-    card = gpu or resolve_gpu(file.gpu)
+def file_errors(file: ReferenceFile, calibration: Calibration) -> FloatArray:
+    """Relative errors (model - reference) / reference on ``file``, GPU time only (t0 = 0)."""
     model = StepModel.from_hardware(
         resolve_model(file.model),
-        card,
+        resolve_gpu(file.gpu),
         calibration=replace(calibration, overhead_s=0.0, overhead_per_seq_s=0.0),
         tensor_parallel=file.gpus,
     )

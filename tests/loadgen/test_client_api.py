@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from budgettune.app.client import without_key
+from budgettune.app.client import without_secrets
 from budgettune.app.requests import (
     ClientRequest,
     LaunchRequest,
@@ -253,7 +253,9 @@ def test_request_bodies_chat_words_and_usage_options() -> None:
 
 
 def test_the_recorded_command_hides_the_key() -> None:
-    shown = without_key(["budgettune", "replay", "--api-key", KEY, f"--api-key={KEY}", "-o", "x"])
+    shown = without_secrets(
+        ["budgettune", "replay", "--api-key", KEY, f"--api-key={KEY}", "-o", "x"]
+    )
     assert shown == ("budgettune", "replay", "--api-key", "***", "--api-key=***", "-o", "x")
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from budgettune.app.client import without_key
+from budgettune.app.client import without_secrets
 from budgettune.app.launch import parse_env
 from budgettune.core.auth import hide_env, secret_name
 from budgettune.core.errors import SpecError
@@ -44,7 +44,7 @@ def test_files_show_a_secrets_value_as_stars() -> None:
     ]
     command = ["budgettune", "sweep", "--env", f"HF_TOKEN={SECRET}", f"--env=X_TOKEN={SECRET}",
                "--env", "OMP_NUM_THREADS=1", "--api-key", SECRET, "--env", "A=--env"]  # fmt: skip
-    shown = without_key(command)
+    shown = without_secrets(command)
     assert SECRET not in " ".join(shown)
     assert shown[2:4] == ("--env", "HF_TOKEN=***") and shown[4] == "--env=X_TOKEN=***"
     assert shown[5:7] == ("--env", "OMP_NUM_THREADS=1") and shown[8] == "***"
