@@ -21,7 +21,10 @@ SHARED_TRAFFIC = {
     "--duration", "--max-model-len", "--on-long", "--strict", "--seed", "--prompt-dist",
 }  # fmt: skip
 # Options that name a thing rather than measure one.
-NAMES = {"--model", "--gpu", "--dtype", "--mode", "--profile", "--output", "--arrivals"}
+NAMES = {
+    "--model", "--gpu", "--dtype", "--mode", "--profile", "--output", "--arrivals",
+    "--prefix-caching",  # a choice: engine, on or off
+}  # fmt: skip
 UNIT = re.compile(
     r"tokens|\bms\b|TB/s|\bGB\b|TFLOP/s|\b0-1\b|\bcount\b|requests/s|\bGPUs\b|e\.g\. \d+m?s\b"
 )

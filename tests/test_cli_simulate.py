@@ -46,7 +46,7 @@ def test_json_document_shape(budgettune_cmd: list[str]) -> None:
     for point in doc["points"]:
         assert set(point) == {
             "budget", "rate", "ttft_ms", "tbt_ms", "tpot_ms", "e2e_ms",
-            "throughput_tokens_per_s", "completed", "failed",
+            "throughput_tokens_per_s", "completed", "failed", "prefix_cache",
         }  # fmt: skip
         assert point["rate"] == 16.0
         assert point["completed"] == 300 and point["failed"] == 0
@@ -220,7 +220,7 @@ def test_azure_trace_window_and_time_scale(budgettune_cmd: list[str], azure_slic
     for point in doc["points"]:
         assert set(point) == {
             "budget", "rate", "ttft_ms", "tbt_ms", "tpot_ms", "e2e_ms",
-            "throughput_tokens_per_s", "completed", "failed",
+            "throughput_tokens_per_s", "completed", "failed", "prefix_cache",
         }  # fmt: skip
         assert point["rate"] == pytest.approx(2 * recorded_rate, rel=1e-6)
         assert point["completed"] + point["failed"] == len(inside)

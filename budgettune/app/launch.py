@@ -121,6 +121,42 @@ def launch_spec(
     )
 
 
+PREFIX_CACHING_VALUES = ("engine", "on", "off")
+
+
+@dataclasses.dataclass(slots=True, frozen=True)
+class PrefixCachingChoice:
+    """Prefix caching for a launch: ``on`` (None: not budgettune's to set, an external server
+    runs as its owner set it) and who decided it, in words (a launch's facts say so)."""
+
+    on: bool | None
+    why: str
+
+
+def prefix_caching_choice(text: str, engine: str) -> PrefixCachingChoice:
+    """``--prefix-caching engine|on|off`` for ``engine``: ``engine`` (the default) is what the
+    engine does when not told, which is what the user deploys. Raises SpecError naming
+    ``prefix_caching`` for another value, or on|off for a server budgettune does not start."""
+    from budgettune.engines.registry import prefix_caching_default
+
+    value = text.strip().lower()
+    if value not in PREFIX_CACHING_VALUES:
+        raise SpecError(f"use engine, on or off, got {shorten(repr(text))}", field="prefix_caching")
+    default = prefix_caching_default(engine)
+    if default is None:
+        if value != "engine":
+            raise SpecError(
+                "budgettune does not start this server, so it cannot set its prefix cache; "
+                "leave --prefix-caching out (it is measured as it runs)",
+                field="prefix_caching",
+            )
+        return PrefixCachingChoice(None, "the server's own setting (budgettune did not start it)")
+    if value == "engine":
+        state = "on" if default.on else "off"
+        return PrefixCachingChoice(default.on, f"the engine's default, {state}: {default.source}")
+    return PrefixCachingChoice(value == "on", f"the user: --prefix-caching {value}")
+
+
 SEQS_AUTO = "auto"  # --max-num-seqs auto: sweep picks the values it tunes with the budget
 
 

@@ -192,6 +192,7 @@ class SimulateRequest:
     goodput: bool
     slo: SloRequest  # both targets given (simulate's options default them)
     output: Path | None = None
+    prefix_caching: str = "engine"  # engine (the built-in engine's, as vLLM: on), on or off
 
 
 @dataclass(slots=True, frozen=True)
@@ -266,6 +267,7 @@ class ServeRequest:
     api_key: str | None = field(default=None, repr=False)  # None or empty: no key required
     calibration: CalibrationChoice = CalibrationChoice()
     tensor_parallel: int = 1
+    prefix_caching: str = "engine"  # engine (vLLM's default: on), on or off
 
 
 _PATHS = frozenset({"trace", "profile", "output", "resume"})

@@ -7,6 +7,7 @@ import asyncio
 import errno
 from collections.abc import Callable
 
+from budgettune.app.launch import prefix_caching_choice
 from budgettune.app.requests import ServeRequest
 from budgettune.app.simulate import parse_budgets
 from budgettune.core.engine_defaults import default_budget_on
@@ -52,6 +53,7 @@ def server_config(request: ServeRequest) -> SimServerConfig:
         gpu_memory_utilization=request.gpu_memory_utilization,
         block_size=request.block_size,
         long_prefill_token_threshold=request.long_prefill_token_threshold,
+        prefix_caching=bool(prefix_caching_choice(request.prefix_caching, "sim").on),
         host=request.host,
         port=request.port,
         served_model_name=request.served_model_name,

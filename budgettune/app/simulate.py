@@ -17,6 +17,7 @@ import numpy.typing as npt
 
 from budgettune.app.requests import SIMULATE_BUDGETS
 from budgettune.core import metrics
+from budgettune.core.cache_count import PrefixCacheCount
 from budgettune.core.errors import SpecError
 from budgettune.core.hardware import HardwareFacts
 from budgettune.core.metrics import MetricsSummary, summarize
@@ -153,9 +154,13 @@ class SimPoint:
     iterations: int
     preemptions: int
     detail: PointDetail | None = None
+    prefix_cache: PrefixCacheCount | None = None  # None: the engine kept no prefix cache
 
     def to_json(self) -> dict[str, Any]:
-        return {"budget": self.budget_tokens, "rate": self.rate_per_s, **self.summary.to_json()}
+        doc = {"budget": self.budget_tokens, "rate": self.rate_per_s, **self.summary.to_json()}
+        if self.prefix_cache is not None:
+            doc["prefix_cache"] = self.prefix_cache.to_json()
+        return doc
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +224,11 @@ def simulate_point(
         iterations=result.iterations,
         preemptions=result.preemptions,
         detail=PointDetail.from_records(result.records, warmup_requests) if keep_detail else None,
+        prefix_cache=(
+            PrefixCacheCount(result.prefix_cache_queries_tokens, result.prefix_cache_hits_tokens)
+            if config.prefix_caching
+            else None
+        ),
     )
 
 

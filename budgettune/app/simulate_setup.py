@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from budgettune.app.launch import prefix_caching_choice
 from budgettune.app.outputs import RESULTS_FOLDER, claim_folder
 from budgettune.app.requests import (
     SIMULATE_OUTPUT_DIST,
@@ -156,6 +157,7 @@ def prepare_simulation(
         block_size=request.block_size,
         block_aligned_chunks=request.block_aligned,
         long_prefill_token_threshold=request.long_prefill_token_threshold,
+        prefix_caching=bool(prefix_caching_choice(request.prefix_caching, "sim").on),
     )
     return PreparedSimulation(
         request=request,

@@ -68,6 +68,14 @@ def serve(
             help="Most prompt tokens per request and iteration; 0 = off.",
         ),
     ] = 0,
+    prefix_caching: Annotated[
+        str,
+        typer.Option(
+            "--prefix-caching",
+            help="engine (default: on, as vLLM V1), on or off: keep full prompt blocks and "
+            "skip their prefill when a later prompt starts with them.",
+        ),
+    ] = "engine",
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8000,
     served_model_name: Annotated[
@@ -119,6 +127,7 @@ def serve(
         gpu_memory_utilization=gpu_memory_utilization,
         block_size=block_size,
         long_prefill_token_threshold=long_prefill_token_threshold,
+        prefix_caching=prefix_caching,
         host=host,
         port=port,
         served_model_name=served_model_name,

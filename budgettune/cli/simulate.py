@@ -103,6 +103,11 @@ BlockAligned = Annotated[bool, typer.Option(
     "--block-aligned", help="Cut chunks that do not finish a prompt to whole KV blocks (vLLM "
     "with prefix caching).",
 )]  # fmt: skip
+PrefixCaching = Annotated[str, typer.Option(
+    "--prefix-caching", help="engine (default: on, as vLLM V1 and the built-in engine), on or "
+    "off: requests that start with the same full KV blocks (a trace's shared prefixes) skip "
+    "their prefill while those blocks stay cached.",
+)]  # fmt: skip
 LongPrefillTokenThreshold = Annotated[int, typer.Option(
     "--long-prefill-token-threshold",
     help="Most prompt tokens one request takes per iteration, tokens; 0 = off.",
@@ -140,6 +145,7 @@ def simulate(
     gpu_memory_utilization: GpuMemoryUtilization = DEFAULT_GPU_MEMORY_UTILIZATION,
     block_size: BlockSize = DEFAULT_BLOCK_SIZE,
     block_aligned: BlockAligned = False,
+    prefix_caching: PrefixCaching = "engine",
     long_prefill_token_threshold: LongPrefillTokenThreshold = 0,
     warmup: Warmup = 0,
     goodput: Goodput = False,
@@ -157,6 +163,7 @@ def simulate(
         block_size=block_size, block_aligned=block_aligned,
         long_prefill_token_threshold=long_prefill_token_threshold, warmup=warmup,
         goodput=goodput, slo=SloRequest(slo_tbt, slo_ttft), output=output,
+        prefix_caching=prefix_caching,
     )  # fmt: skip
     prepared = prepare_simulation(request, warn=print_warning)
     report = prepared.run() if prepared.slo is None else _with_progress(prepared.run)
@@ -258,10 +265,14 @@ def _table(report: SimulateReport, slo: SLO | None, ridge_tokens: float) -> Tabl
     # Columns that are all zero in the common case appear only when they have something to say.
     show_failed = any(p.summary.failed for p in report.points)
     show_preempt = any(p.preemptions for p in report.points)
+    # The cache's share only when something was found cached (traffic with shared prefixes).
+    show_hits = any(p.prefix_cache and p.prefix_cache.hits_tokens for p in report.points)
     if show_failed:
         columns.append("failed")
     if show_preempt:
         columns.append("pre-\nempt")
+    if show_hits:
+        columns.append("cache\nhits")
     if report.goodput is not None:
         columns.append("goodput\nreq/s")
     for column in columns:
@@ -287,6 +298,9 @@ def _table(report: SimulateReport, slo: SLO | None, ridge_tokens: float) -> Tabl
             row.append(str(s.failed))
         if show_preempt:
             row.append(str(point.preemptions))
+        if show_hits:
+            share = point.prefix_cache.hit_share if point.prefix_cache else None
+            row.append("-" if share is None else f"{share:.1%}")
         if report.goodput is not None:
             result = goodput[point.budget_tokens]
             row.append(f"{result.rate_per_s:.2f}" + ("+" if result.capped else ""))

@@ -46,7 +46,7 @@ class LaunchSpec:
     stop_grace_s: float = DEFAULT_STOP_GRACE_S
     url: str | None = None  # external engines only: the server to measure
     # Real engines only (vLLM, SGLang; the sim ignores them). None leaves the engine's default.
-    # prefix_caching False (the default) turns it off so replays are not flattered by hits.
+    # prefix_caching: every engine, the embedded one too; False (the default) turns it off.
     dtype: str | None = None
     tensor_parallel_size: int | None = None
     gpu_memory_utilization: float | None = None
@@ -56,6 +56,15 @@ class LaunchSpec:
     api_key: str | None = field(default=None, repr=False)
     # CPUs the engine process (and every process it starts) may run on; empty: not pinned.
     cpu_affinity: tuple[int, ...] = ()
+
+
+@dataclass(slots=True, frozen=True)
+class PrefixCachingDefault:
+    """Whether an engine caches prompt prefixes when not told (``on``), and where that comes
+    from, in the engine's own code (``source``, shown in a launch's facts and the docs)."""
+
+    on: bool
+    source: str
 
 
 @dataclass(slots=True, frozen=True)

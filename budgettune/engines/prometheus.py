@@ -72,6 +72,8 @@ class EngineMetrics:
     preemptions: int = 0
     prompt_tokens: int = 0
     generation_tokens: int = 0
+    prefix_cache_queries: int = 0  # prompt tokens looked up in the prefix cache (vLLM's)
+    prefix_cache_hits: int = 0  # of those, found cached
     success_by_reason: dict[str, int] = field(default_factory=dict)
     running: int = 0
     waiting: int = 0
@@ -126,6 +128,12 @@ class EngineMetrics:
              self.prompt_tokens),
             ("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
              self.generation_tokens),
+            ("vllm:prefix_cache_queries_total", "counter",
+             "Prefix cache queries, in terms of number of queried tokens.",
+             self.prefix_cache_queries),
+            ("vllm:prefix_cache_hits_total", "counter",
+             "Prefix cache hits, in terms of number of cached tokens.",
+             self.prefix_cache_hits),
         ):  # fmt: skip
             lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
             lines.append(f"{name}{{{labels}}} {float(value)}")

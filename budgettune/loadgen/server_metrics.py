@@ -51,6 +51,14 @@ COUNTERS: Mapping[str, tuple[str, ...]] = {
         "sglang:prompt_tokens_total",
         "trtllm_prompt_tokens_total",
     ),
+    # The prefix cache, in prompt tokens: looked up, and found cached. vLLM counts a request's
+    # whole prompt at its first scheduling; SGLang's share is its cached tokens over its prompt
+    # tokens (its sglang:cache_hit_rate gauge is the last prefill batch's only).
+    "prefix_cache_queries_total": (
+        "vllm:prefix_cache_queries_total",
+        "sglang:prompt_tokens_total",
+    ),
+    "prefix_cache_hits_total": ("vllm:prefix_cache_hits_total", "sglang:cached_tokens_total"),
     # Finished requests (vLLM, TensorRT-LLM: by finished_reason, summed here).
     "requests_total": (
         "vllm:request_success_total",
@@ -280,6 +288,9 @@ def server_side(before: ServerSnapshot | None, after: ServerSnapshot | None) -> 
         if name is not None:
             base = before.counters.get(name, 0.0) if before is not None else 0.0
             counters[key] = after.counters[name] - base
+    if "prefix_cache_queries_total" in counters:
+        # SGLang's cached-token counter has labels, so it appears at the first hit only.
+        counters.setdefault("prefix_cache_hits_total", 0.0)
     return ServerSide(
         ttft=first(TTFT_METRICS),
         itl=first(ITL_METRICS),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -14,6 +15,7 @@ from budgettune.core.errors import SpecError
 from budgettune.core.limits import MAX_BLOCK_TOKENS, MAX_SEQS, check_count, check_tokens
 from budgettune.sim.iteration import IterationOutcome, IterationPlan, RequestId
 from budgettune.sim.kvcache import DEFAULT_BLOCK_SIZE, BlockPool, blocks_for
+from budgettune.sim.prefix_cache import CachingBlockPool
 
 __all__ = [
     "IterationOutcome",
@@ -64,6 +66,10 @@ class SchedulerConfig:
     token of each iteration's budget, prompt chunks fill the rest); False is SGLang's default
     (``--enable-mixed-chunk`` off): an iteration with prompt chunks runs them alone, up to the
     budget (its ``--chunked-prefill-size``), and the decoders wait for a prefill-free one.
+    prefix_caching: vLLM's prefix cache (:class:`~budgettune.sim.prefix_cache.CachingBlockPool`):
+    a request's keyed full prompt blocks are looked up once when it is first scheduled (again
+    after a preemption), registered as soon as a chunk schedules them, and stay cached after it
+    finishes until the pool hands their blocks out again.
     """
 
     budget_tokens: int | None
@@ -74,6 +80,7 @@ class SchedulerConfig:
     long_prefill_token_threshold: int = 0
     prefill_first_max_tokens: int | None = None
     decodes_beside_prefill: bool = True
+    prefix_caching: bool = False
 
     def __post_init__(self) -> None:
         if self.budget_tokens is not None and self.budget_tokens < 1:
@@ -143,6 +150,8 @@ class _Request:
     first_iteration: int = 0  # iteration index of the segment's first token
     finish_tick: int = 0
     preemptions: int = 0
+    keys: Sequence[Hashable] = ()  # chain keys of its full prompt blocks that may be shared
+    held: list[Hashable] = field(default_factory=list)  # keyed blocks it holds (prefix cache)
     # One (first-token iteration, tick0, decode tokens) per segment between preemptions.
     segments: list[tuple[int, int, int]] = field(default_factory=list)
 
@@ -171,7 +180,12 @@ class Scheduler:
 
     def __init__(self, config: SchedulerConfig, *, keep_finished: bool = False) -> None:
         self.config = config
-        self.pool = BlockPool(config.kv_capacity_blocks)
+        self.pool = (
+            CachingBlockPool(config.kv_capacity_blocks)
+            if config.prefix_caching
+            else BlockPool(config.kv_capacity_blocks)
+        )
+        self._caching = config.prefix_caching
         self.preemptions_total = 0
         self.iterations = 0  # committed iterations
         self.ticks = 0  # committed iterations that held decodes ("decode ticks")
@@ -242,14 +256,36 @@ class Scheduler:
         """Blocks each live request holds (O(requests); for checks and tests)."""
         return {rid: self._blocks_of(r) for rid, r in self._requests.items() if r.state.live}
 
+    @property
+    def prefix_cache_queries_tokens(self) -> int:
+        """Prompt tokens looked up in the prefix cache (vLLM's prefix_cache_queries: every
+        request's whole prompt at its first scheduling; 0 without caching)."""
+        pool = self.pool
+        return pool.queried_tokens if isinstance(pool, CachingBlockPool) else 0
+
+    @property
+    def prefix_cache_hits_tokens(self) -> int:
+        """Of those, the tokens found cached (vLLM's prefix_cache_hits)."""
+        pool = self.pool
+        return pool.hit_tokens if isinstance(pool, CachingBlockPool) else 0
+
     def next_decode_context_tokens(self) -> int:
         """Sum of decode contexts in the next decode tick (current decoders)."""
         return self._base_sum + len(self._decoding) * (self.ticks + 1)
 
     # ----- requests in and out ----------------------------------------------------------
 
-    def add(self, request_id: RequestId, prompt_tokens: int, output_tokens: int) -> None:
-        """Queue a request (FCFS behind earlier ones). Raises ValueError if it cannot fit."""
+    def add(
+        self,
+        request_id: RequestId,
+        prompt_tokens: int,
+        output_tokens: int,
+        block_keys: Sequence[Hashable] = (),
+    ) -> None:
+        """Queue a request (FCFS behind earlier ones). Raises ValueError if it cannot fit.
+
+        ``block_keys``: chain keys of its first full prompt blocks whose content other requests
+        may share (key j stands for blocks 0..j); used with prefix caching only."""
         reason = self.rejection(prompt_tokens, output_tokens)
         if reason is not None:
             raise ValueError(f"request {request_id!r}: {reason}")
@@ -257,6 +293,8 @@ class Scheduler:
         if old is not None and old.state.live:
             raise ValueError(f"request {request_id!r} is already queued or running")
         request = _Request(request_id, prompt_tokens, output_tokens, prefill_len=prompt_tokens)
+        if self._caching and block_keys:
+            request.keys = block_keys[: prompt_tokens // self.config.block_size]
         self._requests[request_id] = request
         self._waiting.append(request)
         self._decode_only_stable = False
@@ -266,7 +304,7 @@ class Scheduler:
         r = self._requests.get(request_id)
         if r is None or not r.state.live:
             return False
-        self.pool.release(self._blocks_of(r))
+        self._free(r, self._blocks_of(r))
         if r.state is DECODING:
             self._stop_decoding(r)
         elif r.state is PREFILLING:
@@ -345,14 +383,16 @@ class Scheduler:
         seq_limit = self.config.seq_limit
         while left > 0 and waiting and self._num_running < seq_limit:
             r = waiting[0]
-            n = chunk_tokens(left, r.prefill_len, self.config)
+            hit_blocks, idle_hits = self._match(r)
+            hit = hit_blocks * self.config.block_size
+            n = chunk_tokens(left, r.prefill_len - hit, self.config)
             if n <= 0:
                 break
-            need = blocks_for(n, self.config.block_size)
-            if not pool.can_allocate(need):
+            need = blocks_for(hit + n, self.config.block_size) - hit_blocks
+            if not pool.can_allocate(need + idle_hits):
                 break
             waiting.popleft()
-            self._admit(r, need)
+            self._admit(r, need, hit_blocks)
             self._add_chunk(plan, r, n)
             left -= n
 
@@ -362,14 +402,16 @@ class Scheduler:
         waiting = self._waiting
         while waiting and self._num_running < self.config.seq_limit:
             r = waiting[0]
-            n = r.prefill_len
+            hit_blocks, idle_hits = self._match(r)
+            hit = hit_blocks * self.config.block_size
+            n = r.prefill_len - hit
             if cap is not None and plan.chunks and plan.prefill_tokens + n > cap:
                 break
-            need = blocks_for(n, self.config.block_size)
-            if not self.pool.can_allocate(need):
+            need = blocks_for(hit + n, self.config.block_size) - hit_blocks
+            if not self.pool.can_allocate(need + idle_hits):
                 break
             waiting.popleft()
-            self._admit(r, need)
+            self._admit(r, need, hit_blocks)
             self._add_chunk(plan, r, n)
         if plan.chunks:
             return
@@ -390,11 +432,32 @@ class Scheduler:
         plan.decodes = len(self._decoding)
         plan.decode_context_tokens = self._base_sum + plan.decodes * tick
 
-    def _admit(self, r: _Request, blocks: int) -> None:
+    def _match(self, r: _Request) -> tuple[int, int]:
+        """(blocks, of them free) of ``r``'s prompt found in the prefix cache, leaving at least
+        its last token to compute (vLLM's rule); (0, 0) without keys. Check only."""
+        if not r.keys:
+            return 0, 0
+        pool = self.pool
+        assert isinstance(pool, CachingBlockPool)  # keys are kept only with caching
+        return pool.match(r.keys, (r.prefill_len - 1) // self.config.block_size)
+
+    def _admit(self, r: _Request, blocks: int, hit_blocks: int = 0) -> None:
+        """Start ``r``'s prefill: take its ``hit_blocks`` cached blocks (its prompt resumes
+        after them) and ``blocks`` new ones for its first chunk."""
         r.state = PREFILLING
-        r.prefilled = 0
-        r.blocks = blocks
-        self.pool.allocate(blocks)
+        pool = self.pool
+        if isinstance(pool, CachingBlockPool) and r.preemptions == 0:
+            # vLLM counts a request's lookup once: a preempted request's second is left out.
+            pool.queried_tokens += r.prompt
+            pool.hit_tokens += hit_blocks * self.config.block_size
+        if hit_blocks:
+            assert isinstance(pool, CachingBlockPool)
+            hits = r.keys[:hit_blocks]
+            pool.acquire(hits)
+            r.held = list(hits)
+        r.prefilled = hit_blocks * self.config.block_size
+        r.blocks = hit_blocks + blocks
+        pool.allocate(blocks)
         self._prefilling.append(r)
         self._running_order.append(r)
         self._num_running += 1
@@ -404,6 +467,8 @@ class Scheduler:
         here because it runs once per chunk): each new token attends to the ``offset`` tokens
         already cached and to the new ones before it, n x offset + n^2 / 2 pairs."""
         offset = r.prefilled
+        if r.keys:  # vLLM caches a full block when it is scheduled, before the pass runs
+            self._register(r, offset, n)
         plan.chunks.append((r.rid, n, offset))
         plan.prefill_tokens += n
         plan.prefill_pairs += n * offset + n * n / 2.0
@@ -424,10 +489,10 @@ class Scheduler:
                 plan.drop_decode(r.base + self._alloc_tick)
             r.generated += 1 + self.ticks - r.tick0
             r.segments.append((r.first_iteration, r.tick0, self.ticks - r.tick0))
-            self.pool.release(self._blocks_of(r))
+            self._free(r, self._blocks_of(r))
             self._stop_decoding(r)
         else:
-            self.pool.release(r.blocks)
+            self._free(r, r.blocks)
             self._prefilling.remove(r)
             self._num_running -= 1
         r.state = WAITING
@@ -477,7 +542,7 @@ class Scheduler:
             if left == 1:
                 r.generated += 1
                 r.segments.append((plan.index, self.ticks, 0))
-                self.pool.release(r.blocks)
+                self._free(r, r.blocks)
                 self._num_running -= 1
                 self._retire(r, FINISHED)
                 finished.append(r.rid)
@@ -566,7 +631,7 @@ class Scheduler:
     def _finish_decoder(self, r: _Request) -> None:
         r.generated += 1 + self.ticks - r.tick0
         r.segments.append((r.first_iteration, r.tick0, self.ticks - r.tick0))
-        self.pool.release(self._blocks_of(r))
+        self._free(r, self._blocks_of(r))
         self._stop_decoding(r)
         self._retire(r, FINISHED)
 
@@ -587,6 +652,29 @@ class Scheduler:
                 kept.append(r)
         kept.reverse()
         self._running_order = kept
+
+    def _register(self, r: _Request, offset: int, n: int) -> None:
+        """Cache the keyed blocks that the chunk [offset, offset + n) completes."""
+        pool = self.pool
+        assert isinstance(pool, CachingBlockPool)  # keys are kept only with caching
+        bs = self.config.block_size
+        for j in range(offset // bs, min((offset + n) // bs, len(r.keys))):
+            key = r.keys[j]
+            if pool.register(key):
+                r.held.append(key)
+
+    def _free(self, r: _Request, blocks: int) -> None:
+        """Give back all ``blocks`` that ``r`` holds: its own, then its keyed ones last first
+        (vLLM frees a request's blocks in reverse, so a prefix's tail is evicted first)."""
+        held = r.held
+        if not held:
+            self.pool.release(blocks)
+            return
+        pool = self.pool
+        assert isinstance(pool, CachingBlockPool)
+        pool.release(blocks - len(held))
+        pool.release_keys(reversed(held))
+        r.held = []
 
     def _blocks_of(self, r: _Request) -> int:
         if r.state is DECODING:

@@ -5,6 +5,7 @@ decode-only iterations between events advance in one jump.
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +27,35 @@ class SimResult:
     decode_iterations: int
     preemptions: int
     makespan_s: float  # end of the last iteration
+    prefix_cache_queries_tokens: int = 0  # prompt tokens looked up (0 without caching)
+    prefix_cache_hits_tokens: int = 0  # of those, found cached
+
+    @property
+    def prefix_cache_hit_share(self) -> float | None:
+        """Hits over queries, as vLLM's counters give it; None when nothing was looked up."""
+        if not self.prefix_cache_queries_tokens:
+            return None
+        return self.prefix_cache_hits_tokens / self.prefix_cache_queries_tokens
+
+
+def prefix_block_keys(schedule: Schedule, block_size: int) -> list[Sequence[Hashable]]:
+    """Each request's chain keys for the full blocks of its shared prefix: block j of group g
+    is (g, j), the same content in every request of g (the load generator draws a group's
+    prefix once), and nothing of a request's own tokens is keyed (it shares nothing)."""
+    n = len(schedule)
+    if schedule.prefix_group is None or schedule.prefix_tokens is None:
+        return [()] * n
+    groups = schedule.prefix_group.tolist()
+    shared = np.minimum(schedule.prefix_tokens, schedule.prompt_tokens).tolist()
+    longest: dict[int, int] = {}
+    for group, tokens in zip(groups, shared, strict=True):
+        if group >= 0:
+            longest[group] = max(longest.get(group, 0), tokens // block_size)
+    chains = {group: tuple((group, j) for j in range(blocks)) for group, blocks in longest.items()}
+    return [
+        chains[group][: tokens // block_size] if group >= 0 else ()
+        for group, tokens in zip(groups, shared, strict=True)
+    ]
 
 
 def simulate(
@@ -52,6 +82,7 @@ def simulate(
     prompts = schedule.prompt_tokens.tolist()
     outputs = schedule.output_tokens.tolist()
     sched = Scheduler(config, keep_finished=True)
+    keys = prefix_block_keys(schedule, config.block_size) if config.prefix_caching else [()] * n
     step = model.step_time_s
     rejected: dict[int, str] = {}
     iteration_end: list[float] = []  # end time of every iteration
@@ -64,7 +95,7 @@ def simulate(
         while next_arrival <= t:
             reason = sched.rejection(prompts[i], outputs[i])
             if reason is None:
-                sched.add(i, prompts[i], outputs[i])
+                sched.add(i, prompts[i], outputs[i], keys[i])
             else:
                 rejected[i] = reason
                 if opened < n:  # closed loop: a refused request frees its slot at once
@@ -128,6 +159,8 @@ def simulate(
         decode_iterations=sched.ticks,
         preemptions=sched.preemptions_total,
         makespan_s=t,
+        prefix_cache_queries_tokens=sched.prefix_cache_queries_tokens,
+        prefix_cache_hits_tokens=sched.prefix_cache_hits_tokens,
     )
 
 

@@ -107,6 +107,7 @@ class SglangServer:
             return Counter(name, name, labels, registry=self.registry)
 
         self.prompt = counter("sglang:prompt_tokens_total", tok)
+        self.cached = counter("sglang:cached_tokens_total", tok)  # created at the first hit
         self.generation = counter("sglang:generation_tokens_total", tok)
         self.requests = counter("sglang:num_requests_total", tok)
         self.retracted = counter("sglang:num_retracted_requests_total", sched)
@@ -141,6 +142,7 @@ def test_sglang_names_feed_the_cross_check() -> None:
     before_text = server.text()
     for _ in range(4):  # the run: 4 requests, TTFT in (0.2, 0.4], gaps in (10, 15] ms
         server.finish(0.3, [0.012] * 7, prompt_tokens=100)
+        server.cached.labels(**TOKENIZER_LABELS).inc(32)
     server.retracted.labels(**SCHEDULER_LABELS).inc()
     out = server_side(parse_prometheus(before_text), parse_prometheus(server.text()))
 
@@ -155,6 +157,8 @@ def test_sglang_names_feed_the_cross_check() -> None:
         "num_preemptions_total": 1.0,
         "generation_tokens_total": 32.0,
         "prompt_tokens_total": 400.0,
+        "prefix_cache_queries_total": 400.0,  # SGLang's share: cached over prompt tokens
+        "prefix_cache_hits_total": 128.0,
         "requests_total": 4.0,
     }
     assert list(out.to_json()) == ["ttft", "itl", *out.counters]
@@ -180,7 +184,11 @@ sglang:time_to_first_token_seconds_sum{model_name="qwen/qwen2.5-0.5b-instruct",e
 """  # noqa: E501
     out = server_side(None, parse_prometheus(text))
     assert out.ttft is not None and out.ttft.count == 41 and out.ttft.mean_ms == pytest.approx(50)
-    assert out.counters == {"prompt_tokens_total": 4100.0}
+    assert out.counters == {
+        "prompt_tokens_total": 4100.0,
+        "prefix_cache_queries_total": 4100.0,
+        "prefix_cache_hits_total": 0.0,  # no cached_tokens series before the first hit
+    }
 
 
 def test_the_wait_for_an_idle_engine_reads_its_running_gauge_until_zero() -> None:

@@ -155,6 +155,7 @@ class SimApp:
             include_usage=ask.include_usage,
             continuous_usage=ask.continuous_usage,
             arrival_s=time.monotonic(),
+            content=ask.content,
         )
         if ask.stream:
             exchange.start_stream()

@@ -58,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     p.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE)
     p.add_argument("--long-prefill-token-threshold", type=int, default=0)
+    # vLLM V1's default: on for a decoder model; its flags, both spellings.
+    p.add_argument(
+        "--enable-prefix-caching", dest="prefix_caching", action="store_true", default=True
+    )
+    p.add_argument("--no-enable-prefix-caching", dest="prefix_caching", action="store_false")
     p.add_argument("--served-model-name", default=None)
     p.add_argument("--stream-interval", type=int, default=1, help="write tokens every N")
     p.add_argument("--time-scale", type=float, default=1.0, help="multiply modeled step times")
@@ -145,6 +150,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> SimServerConfig:
         gpu_memory_utilization=args.gpu_memory_utilization,
         block_size=args.block_size,
         long_prefill_token_threshold=args.long_prefill_token_threshold,
+        prefix_caching=args.prefix_caching,
         host=args.host,
         port=args.port,
         served_model_name=args.served_model_name,

@@ -46,6 +46,7 @@ class SimServerConfig:
     gpu_memory_utilization: float = 0.9
     block_size: int = DEFAULT_BLOCK_SIZE
     long_prefill_token_threshold: int = 0
+    prefix_caching: bool = True  # vLLM V1's default for a decoder model (CacheConfig)
     host: str = "127.0.0.1"
     port: int = 8000
     served_model_name: str | None = None

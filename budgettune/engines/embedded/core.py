@@ -25,6 +25,7 @@ import numpy as np
 
 from budgettune.core.clock import sleep_until
 from budgettune.engines.embedded.http11 import Exchange
+from budgettune.engines.embedded.prefix_keys import block_keys
 from budgettune.engines.embedded.wire import DONE_EVENT, Endpoint, Usage, Wire
 from budgettune.engines.prometheus import EngineMetrics, Histogram
 from budgettune.model.stepmodel import StepModel
@@ -54,6 +55,7 @@ class LiveRequest:
     include_usage: bool
     continuous_usage: bool
     arrival_s: float
+    content: tuple[int, ...] | bytes = b""  # its prompt: ids, or text's bytes (cache keys)
     wire: Wire | None = None  # its answer's bytes, set on submit
     emitted: int = 0
     pending: int = 0  # tokens produced but not yet written (stream interval > 1)
@@ -105,7 +107,9 @@ class SimCore:
     def submit(self, request: LiveRequest) -> None:
         """Queue a validated request (``scheduler.rejection`` already checked)."""
         request.wire = Wire(request.endpoint, request.rid, self._created, self.model_name)
-        self.scheduler.add(request.rid, request.prompt_tokens, request.max_tokens)
+        config = self.scheduler.config
+        keys = block_keys(request.content, config.block_size) if config.prefix_caching else ()
+        self.scheduler.add(request.rid, request.prompt_tokens, request.max_tokens, keys)
         self._live[request.rid] = request
         self.metrics.waiting = self.scheduler.num_waiting
         self._wake.set()
@@ -141,9 +145,9 @@ class SimCore:
                     async with asyncio.timeout(0.001):
                         await self._wake.wait()
                 continue
-            for rid, _, offset in plan.chunks:
+            for rid, _, _ in plan.chunks:  # a first chunk after cache hits starts past 0
                 request = self._live.get(rid)
-                if request is not None and not request.scheduled and offset == 0:
+                if request is not None and not request.scheduled:
                     request.scheduled = True
                     self.metrics.queue.observe(max(0.0, start - request.arrival_s))
             step_s = plan.step_time_s(self.step_model) * self.time_scale
@@ -156,7 +160,8 @@ class SimCore:
             emitted_s = ideal_end + late_s
             self.metrics.iteration_tokens.observe(plan.tokens)
             self.metrics.preemptions += len(outcome.preempted_ids)
-            self.metrics.prompt_tokens += plan.prefill_tokens
+            self.metrics.prefix_cache_queries = scheduler.prefix_cache_queries_tokens
+            self.metrics.prefix_cache_hits = scheduler.prefix_cache_hits_tokens
             finished = set(outcome.finished_ids)
             for rid in outcome.emitted_ids or ():
                 request = self._live.get(rid)
@@ -173,6 +178,8 @@ class SimCore:
         request.pending += 1
         metrics.generation_tokens += 1
         if request.emitted == 1:
+            # vLLM counts a prompt's tokens once, cached ones too, when its first token is out.
+            metrics.prompt_tokens += request.prompt_tokens
             request.first_token_s = produced_s
             metrics.ttft.observe(produced_s - request.arrival_s)
         else:

@@ -8,8 +8,17 @@ import contextlib
 import os
 import sys
 
-from budgettune.engines.base import EngineHandle, LaunchSpec, ProgressCallback
+from budgettune.engines.base import (
+    EngineHandle,
+    LaunchSpec,
+    PrefixCachingDefault,
+    ProgressCallback,
+)
 from budgettune.engines.process import launch_process
+
+PREFIX_CACHING = PrefixCachingDefault(
+    on=True, source="the built-in engine follows vLLM V1, which caches prefixes by default"
+)
 
 # Set by the launcher to its own pid; the server stops when its parent is no longer that pid.
 PARENT_PID_VAR = "BUDGETTUNE_PARENT_PID"
@@ -26,6 +35,8 @@ MANAGED_FLAGS = {
     "--max-num-batched-tokens": "--budget",
     "--enable-chunked-prefill": "--budget none",
     "--no-enable-chunked-prefill": "--budget none",
+    "--enable-prefix-caching": "--prefix-caching",
+    "--no-enable-prefix-caching": "--prefix-caching",
 }
 WHEN_SET = {
     "--max-num-seqs": "--max-num-seqs",
@@ -64,6 +75,10 @@ class SimEngine:
             cmd += ["--max-model-len", str(spec.max_model_len)]
         if spec.tensor_parallel_size is not None:
             cmd += ["--tensor-parallel-size", str(spec.tensor_parallel_size)]
+        # Always said, as for vLLM: the engine's own default never decides a measurement.
+        cmd.append(
+            "--enable-prefix-caching" if spec.prefix_caching else "--no-enable-prefix-caching"
+        )
         managed = {**MANAGED_FLAGS, **{f: o for f, o in WHEN_SET.items() if f in cmd}}
         check_passthrough(spec.extra_args, managed, "sim", abbreviations=False)
         return cmd + list(spec.extra_args)

@@ -76,6 +76,7 @@ def build(config: SimServerConfig) -> tuple[SimCore, SimApp, str]:
             max_num_seqs=config.max_num_seqs,
             block_size=config.block_size,
             long_prefill_token_threshold=config.long_prefill_token_threshold,
+            prefix_caching=config.prefix_caching,
         )
     )
     check_model_len(shape, config.max_model_len)
@@ -97,7 +98,9 @@ def build(config: SimServerConfig) -> tuple[SimCore, SimApp, str]:
         f"budgettune {__version__} sim engine: {shape.name} on {gpu.name}"
         f"{f' x {tensor_parallel}' if tensor_parallel > 1 else ''} ({dtype}), "
         f"budget {budget}, max_num_seqs {config.max_num_seqs}, max_model_len {max_len}, "
-        f"KV {blocks} blocks of {config.block_size}, ridge {step_model.ridge_tokens:.0f} tokens, "
+        f"KV {blocks} blocks of {config.block_size}, "
+        f"prefix caching {'on' if config.prefix_caching else 'off'}, "
+        f"ridge {step_model.ridge_tokens:.0f} tokens, "
         f"time scale {config.time_scale:g}; step model from {source}"
     )
     if config.api_key:

@@ -29,6 +29,7 @@ class Completion:
     stream: bool
     include_usage: bool  # stream_options.include_usage: a final usage chunk
     continuous_usage: bool  # stream_options.continuous_usage_stats: usage in every chunk
+    content: tuple[int, ...] | bytes = b""  # the prompt: its ids, or its text's UTF-8 bytes
 
 
 class ApiError(Exception):
@@ -55,20 +56,21 @@ def text_token_count(text: str) -> int:
     return max(1, math.ceil(len(text.encode("utf-8")) / BYTES_PER_TEXT_TOKEN))
 
 
-def prompt_token_count(prompt: Any) -> int:
-    """Tokens of a /v1/completions prompt: a list of ids counts its length; text by
-    :func:`text_token_count`. A one-element batch is unwrapped; real batches are refused."""
+def prompt_content(prompt: Any) -> tuple[int, ...] | bytes:
+    """A /v1/completions prompt as the engine keeps it: a list of ids as a tuple, text as its
+    UTF-8 bytes (tokens: :func:`content_tokens`). A one-element batch is unwrapped; real
+    batches are refused."""
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (list, str)):
         prompt = prompt[0]
     if isinstance(prompt, str):
         if not prompt:
             raise ApiError("Prompt cannot be empty")
-        return text_token_count(prompt)
+        return prompt.encode("utf-8")
     if isinstance(prompt, list):
         if not prompt:
             raise ApiError("Prompt cannot be empty")
         if all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
-            return len(prompt)
+            return tuple(prompt)
         if all(isinstance(p, (list, str)) for p in prompt):
             raise ApiError("batched prompts are not supported by the simulated engine")
         raise ApiError("prompt must be a string or a list of non-negative token ids")
@@ -77,9 +79,9 @@ def prompt_token_count(prompt: Any) -> int:
     raise ApiError("prompt must be a string or a list of non-negative token ids")
 
 
-def chat_prompt_tokens(messages: Any) -> int:
-    """Tokens of a chat request's messages: their text contents concatenated, counted by
-    :func:`text_token_count`. Refuses what is not a list of messages with text content."""
+def chat_prompt_content(messages: Any) -> bytes:
+    """A chat request's messages as the engine keeps them: their text contents concatenated,
+    as UTF-8 bytes. Refuses what is not a list of messages with text content."""
     if not isinstance(messages, list) or not messages:
         raise ApiError("'messages' must be a non-empty list of messages")
     texts: list[str] = []
@@ -96,7 +98,24 @@ def chat_prompt_tokens(messages: Any) -> int:
                 texts.append(str(part.get("text", "")))
         elif content is not None:
             raise ApiError("message content must be a string or a list of text parts")
-    return text_token_count("".join(texts))
+    return "".join(texts).encode("utf-8")
+
+
+def content_tokens(content: tuple[int, ...] | bytes) -> int:
+    """Tokens of a prompt's content: its ids, or ceil(UTF-8 bytes / 4), at least 1."""
+    if isinstance(content, bytes):
+        return max(1, math.ceil(len(content) / BYTES_PER_TEXT_TOKEN))
+    return len(content)
+
+
+def prompt_token_count(prompt: Any) -> int:
+    """Tokens of a /v1/completions prompt (:func:`prompt_content`, :func:`content_tokens`)."""
+    return content_tokens(prompt_content(prompt))
+
+
+def chat_prompt_tokens(messages: Any) -> int:
+    """Tokens of a chat request's messages (:func:`chat_prompt_content`, :func:`content_tokens`)."""
+    return content_tokens(chat_prompt_content(messages))
 
 
 def _whole_number(body: dict[str, Any], name: str) -> int | None:
@@ -121,8 +140,10 @@ def parse_request(
     model = body.get("model")
     if model is not None and model != model_name:
         raise ApiError(f"The model `{shorten(model)}` does not exist.", 404, "NotFoundError")
+    content: tuple[int, ...] | bytes
     if endpoint is Endpoint.CHAT:
-        prompt_tokens = chat_prompt_tokens(body.get("messages"))
+        content = chat_prompt_content(body.get("messages"))
+        prompt_tokens = content_tokens(content)
         # vLLM prefers max_completion_tokens; with neither, the context left is the limit.
         max_tokens = _whole_number(body, "max_completion_tokens")
         if max_tokens is None:
@@ -130,7 +151,8 @@ def parse_request(
         if max_tokens is None:
             max_tokens = max(1, max_model_len - prompt_tokens)  # past it: the context error
     else:
-        prompt_tokens = prompt_token_count(body.get("prompt"))
+        content = prompt_content(body.get("prompt"))
+        prompt_tokens = content_tokens(content)
         max_tokens = _whole_number(body, "max_tokens")
         if max_tokens is None:
             max_tokens = DEFAULT_MAX_TOKENS
@@ -166,4 +188,5 @@ def parse_request(
         stream=stream,
         include_usage=bool(options.get("include_usage", False)),
         continuous_usage=bool(options.get("continuous_usage_stats", False)),
+        content=content,
     )
