@@ -74,8 +74,7 @@ def launch_spec(
     tunes max-num-seqs over several values (the spec then leaves it unset: each launch sets
     its own); otherwise at most one is taken."""
     check_api_key(api_key)  # before anything starts: a bad key fails every request
-    if launch.prefix_caching not in ("on", "off"):
-        raise SpecError(f"use on or off, got {launch.prefix_caching!r}", field="prefix_caching")
+    caching = prefix_caching_choice(launch.prefix_caching, engine)
     share = launch.gpu_memory_utilization
     if share is not None:
         check_share(share, field="gpu_memory_utilization")
@@ -116,7 +115,8 @@ def launch_spec(
         dtype=launch.dtype,
         tensor_parallel_size=launch.tensor_parallel_size,
         gpu_memory_utilization=share,
-        prefix_caching=launch.prefix_caching == "on",
+        prefix_caching=bool(caching.on),
+        prefix_caching_by=caching.why,
         api_key=api_key,
     )
 
@@ -155,6 +155,15 @@ def prefix_caching_choice(text: str, engine: str) -> PrefixCachingChoice:
         state = "on" if default.on else "off"
         return PrefixCachingChoice(default.on, f"the engine's default, {state}: {default.source}")
     return PrefixCachingChoice(value == "on", f"the user: --prefix-caching {value}")
+
+
+def prefix_caching_setting(engine: str, on: bool) -> bool | None:
+    """What a written engine config says of prefix caching: ``on`` where it is not
+    ``engine``'s default, else None (the file leaves the engine's default alone)."""
+    from budgettune.engines.registry import prefix_caching_default
+
+    default = prefix_caching_default(engine)
+    return None if default is None or default.on == on else on
 
 
 SEQS_AUTO = "auto"  # --max-num-seqs auto: sweep picks the values it tunes with the budget

@@ -132,7 +132,7 @@ class LaunchRequest:
     dtype: str | None = None
     tensor_parallel_size: int | None = None
     gpu_memory_utilization: float | None = None
-    prefix_caching: str = "off"
+    prefix_caching: str = "engine"  # engine (its own default), on or off
     health_timeout: str | None = None
 
 

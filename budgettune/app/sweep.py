@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from budgettune.app.executors import Executor, InProcess, RoundEvents
+from budgettune.app.launch import prefix_caching_setting
 from budgettune.app.profile import ProfileConfig, ProfileOutcome, run_profile
 from budgettune.app.profile import validate as validate_profile
 from budgettune.app.requests import PROFILE_MAX_BATCH, PROFILE_MAX_TOKENS
@@ -330,6 +331,7 @@ async def run_sweep(
         candidates=candidates,
         baseline_label=config.baseline_label,
         concurrency=config.run.concurrency,
+        expected_hit_share=config.expected_hit_share if config.base_spec.prefix_caching else None,
     )
     wall_s = time.perf_counter() - started
     document = recommendation_document(
@@ -368,6 +370,7 @@ def write_run_folder(
             tensor_parallel_size=config.base_spec.tensor_parallel_size,
             gpu_memory_utilization=config.base_spec.gpu_memory_utilization,
             dtype=config.base_spec.dtype,
+            prefix_caching=prefix_caching_setting(config.engine, config.base_spec.prefix_caching),
         ),
     )
     files["results"] = save_results(sweep_results(config, document, list(points)), config.run_dir)

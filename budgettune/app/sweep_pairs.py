@@ -234,6 +234,7 @@ def _finish(
         percentile=config.percentile, rate_per_s=config.rate_per_s, default_budget=None,
         candidates=candidates, asked_rate_per_s=config.asked_rate_per_s,
         requests=config.requests, concurrency=config.run.concurrency,
+        expected_hit_share=config.expected_hit_share if config.base_spec.prefix_caching else None,
     )  # fmt: skip
     recommendation = (
         _by_goodput(one_knob, outcome)

@@ -72,6 +72,7 @@ from budgettune.model.stepmodel import StepModel
 from budgettune.profiling.plan import DEFAULT_CONTEXTS
 from budgettune.sim.kvcache import kv_capacity_blocks
 from budgettune.sim.scheduler import SchedulerConfig
+from budgettune.trace.prefix_blocks import unbounded_hit_share
 from budgettune.tune.sweep_config import ModelSourceKind, SweepConfig
 
 if TYPE_CHECKING:
@@ -480,6 +481,10 @@ def _sweep_config(
             budgets.engine_seqs or ENGINE_SIZED_SEQS,
             request.launch.tensor_parallel_size or 1,
             decodes_beside_prefill=engine != "sglang" or mixed,
+            prefix_caching=spec.prefix_caching,
+        ),
+        expected_hit_share=unbounded_hit_share(
+            schedule.prompt_tokens, schedule.prefix_group, schedule.prefix_tokens
         ),
         traffic=load.line,
         rate_per_s=schedule.rate_per_s,
@@ -795,11 +800,13 @@ def predictions_scheduler(
     tensor_parallel: int,
     *,
     decodes_beside_prefill: bool = True,
+    prefix_caching: bool = False,
 ) -> SchedulerConfig:
     """The scheduler the predictions simulate: the KV cache the GPU holds for the model
     (``DEFAULT_GPU``'s when none is known), and the engine's policy: decodes beside prompt
-    chunks (vLLM; SGLang with ``--enable-mixed-chunk``), or apart from them (SGLang's default).
-    The budget is set per candidate."""
+    chunks (vLLM; SGLang with ``--enable-mixed-chunk``), or apart from them (SGLang's default),
+    and a prefix cache when the launched engine keeps one (vLLM's rules for every engine). The
+    budget is set per candidate."""
     blocks = kv_capacity_blocks(
         step_model, gpu_card or resolve_gpu(DEFAULT_GPU), tensor_parallel=tensor_parallel
     )
@@ -808,6 +815,7 @@ def predictions_scheduler(
         kv_capacity_blocks=blocks,
         max_num_seqs=max_num_seqs,
         decodes_beside_prefill=decodes_beside_prefill,
+        prefix_caching=prefix_caching,
     )
 
 

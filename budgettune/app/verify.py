@@ -20,6 +20,7 @@ import numpy as np
 
 from budgettune.app.launch import budget_spec
 from budgettune.app.replay import ReplayConfig, ReplayResult, launched, replay_on, save_replay
+from budgettune.core.cache_count import PrefixCacheCount
 from budgettune.core.errors import EngineError, StorageError
 from budgettune.core.metrics import MetricsSummary, summarize
 from budgettune.loadgen.stop import StopReason
@@ -276,11 +277,24 @@ def point_of(
         replay_files=tuple(
             f for r in done if r is not used[0] and (f := _file(r.result)) is not None
         ),
+        prefix_cache=_pooled_cache(used),
     )
 
 
 def _file(result: ReplayResult) -> str | None:
     return str(result.results_file) if result.results_file else None
+
+
+def _pooled_cache(used: Sequence[Replayed]) -> PrefixCacheCount | None:
+    """The engine's prefix-cache counters summed over the replays judged (each replay's own
+    prompts: none hits another's); None when the engine counts none."""
+    counts = [PrefixCacheCount.from_counters(r.result.server.counters) for r in used]
+    if any(count is None for count in counts):
+        return None
+    return PrefixCacheCount(
+        sum(c.queries_tokens for c in counts if c is not None),
+        sum(c.hits_tokens for c in counts if c is not None),
+    )
 
 
 def _pooled_summary(used: Sequence[Replayed]) -> MetricsSummary:

@@ -25,14 +25,16 @@ from budgettune.engines.trtllm import options_yaml
 @dataclass(frozen=True, slots=True)
 class FixedSettings:
     """What else the user ran the engine with (None: left at the engine's default), so the
-    written config starts the engine the way it was measured. Prefix caching is not carried:
-    the sweep turns it off only to keep replays honest."""
+    written config starts the engine the way it was measured. ``prefix_caching`` is set only
+    where the measured engine ran otherwise than the engine's default (``--prefix-caching
+    off`` on an engine that caches by default)."""
 
     max_num_seqs: int | None = None
     max_model_len: int | None = None
     tensor_parallel_size: int | None = None
     gpu_memory_utilization: float | None = None
     dtype: str | None = None
+    prefix_caching: bool | None = None
 
 
 def vllm_config(settings: Mapping[str, object]) -> str:
@@ -98,7 +100,16 @@ def _vllm_fixed(fixed: FixedSettings) -> dict[str, object]:
         "tensor-parallel-size": fixed.tensor_parallel_size,
         "gpu-memory-utilization": fixed.gpu_memory_utilization,
         "dtype": fixed.dtype,
+        # vLLM's config reader drops a false boolean, so "off" is the negative flag set true.
+        **_switch(fixed.prefix_caching, "enable-prefix-caching", "no-enable-prefix-caching"),
     }
+
+
+def _switch(on: bool | None, on_flag: str, off_flag: str) -> dict[str, object]:
+    """The one flag that sets a boolean (none when it is the engine's default, None)."""
+    if on is None:
+        return {}
+    return {on_flag: True} if on else {off_flag: True}
 
 
 def _sglang_fixed(fixed: FixedSettings) -> dict[str, object]:
@@ -108,6 +119,8 @@ def _sglang_fixed(fixed: FixedSettings) -> dict[str, object]:
         "tp-size": fixed.tensor_parallel_size,
         "mem-fraction-static": fixed.gpu_memory_utilization,
         "dtype": fixed.dtype,
+        # SGLang has no flag that turns its radix cache on: off is the only one carried.
+        "disable-radix-cache": True if fixed.prefix_caching is False else None,
     }
 
 
@@ -148,9 +161,11 @@ def trtllm_settings(
 
 
 def _trtllm_fixed(fixed: FixedSettings) -> dict[str, object]:
-    kv = None
+    kv: dict[str, object] | None = None
     if fixed.gpu_memory_utilization is not None:
         kv = {"free_gpu_memory_fraction": fixed.gpu_memory_utilization}
+    if fixed.prefix_caching is not None:
+        kv = {**(kv or {}), "enable_block_reuse": fixed.prefix_caching}
     return {
         "max_batch_size": fixed.max_num_seqs,
         "max_seq_len": fixed.max_model_len,

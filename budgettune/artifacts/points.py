@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from budgettune.core.cache_count import PrefixCacheCount
 from budgettune.core.fields import Fields
 from budgettune.core.limits import MAX_TOKENS
 from budgettune.tune.point import (
@@ -61,12 +62,15 @@ def predicted_json(predicted: Predicted | None) -> dict[str, object] | None:
     """The simulator's summary plus TBT and TTFT at the SLO percentile and the decode batch."""
     if predicted is None:
         return None
-    return {
+    out: dict[str, object] = {
         **summary_json(predicted.summary),
         "tbt_at_slo_ms": predicted.tbt_at_slo_ms,
         "ttft_at_slo_ms": predicted.ttft_at_slo_ms,
         "decode_batch": predicted.decode_batch,
     }
+    if predicted.prefix_cache_hit_share is not None:
+        out["prefix_cache_hit_share"] = round(predicted.prefix_cache_hit_share, 4)
+    return out
 
 
 def read_predicted(fields: Fields | None) -> Predicted | None:
@@ -77,6 +81,9 @@ def read_predicted(fields: Fields | None) -> Predicted | None:
         tbt_at_slo_ms=fields.number_or_none("tbt_at_slo_ms"),
         ttft_at_slo_ms=fields.number_or_none("ttft_at_slo_ms"),
         decode_batch=fields.number("decode_batch"),
+        prefix_cache_hit_share=fields.number_or_none(
+            "prefix_cache_hit_share", minimum=0, maximum=1
+        ),
     )
 
 
@@ -122,6 +129,8 @@ def point_json(point: Point) -> dict[str, object]:
             client_warnings=list(point.client_warnings),
             replay_files=list(point.replay_files),
         )
+        if point.prefix_cache is not None:
+            out["prefix_cache"] = point.prefix_cache.to_json()
     if point.goodput is not None:
         out.update(
             goodput_rate=point.goodput.rate_per_s,
@@ -267,7 +276,17 @@ def read_point(value: object, where: str) -> Point:
         replay_files=tuple(str(f) for f in fields.data.get("replay_files") or ()),
         slot=fields.integer_or_none("slot"),
         round=fields.integer_or_none("round"),
+        prefix_cache=_read_cache(fields.child_or_none("prefix_cache")),
     )
+
+
+def _read_cache(fields: Fields | None) -> PrefixCacheCount | None:
+    """A point's ``prefix_cache``: whole token counts, hits at most the queries."""
+    if fields is None:
+        return None
+    queries = fields.integer("queries_tokens", minimum=0)
+    hits = fields.integer("hits_tokens", minimum=0, maximum=queries)
+    return PrefixCacheCount(queries, hits)
 
 
 def read_points(items: object, where: str) -> list[Point]:

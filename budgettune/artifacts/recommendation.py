@@ -28,6 +28,8 @@ from budgettune.artifacts.results import Results, load_results
 from budgettune.core.errors import UserError
 from budgettune.core.fields import Fields, check_schema, read_json_object
 from budgettune.core.files import write_atomic
+from budgettune.core.units import finite_or_none
+from budgettune.engines.registry import prefix_caching_default
 from budgettune.tune.candidates import Candidates
 from budgettune.tune.pair_grid import PairGrid, read_pair_grid
 from budgettune.tune.point import Point, Predicted
@@ -84,6 +86,7 @@ def recommendation_document(
             "asked_rate_per_s": config.asked_rate_per_s,
             "requests": config.requests,
             "traffic": config.traffic,
+            "expected_cache_hit_share": finite_or_none(config.expected_hit_share, digits=4),
         },
         "engine": engine_summary(config),
         "model_source": config.model_source,
@@ -147,6 +150,12 @@ def engine_summary(config: SweepConfig) -> dict[str, object]:
     """The engine a sweep ran, the reference budget, and the engine's own defaults with where
     they came from (``defaults``: absent when they were not needed or cannot be known)."""
     summary: dict[str, object] = {"name": config.engine, "default_budget": config.default_budget}
+    spec = config.base_spec
+    summary["prefix_caching"] = {
+        # a server budgettune did not start runs as its owner set it: unknown here
+        "on": spec.prefix_caching if prefix_caching_default(config.engine) else None,
+        "decided_by": spec.prefix_caching_by or None,
+    }
     found = config.engine_defaults
     if found is not None:
         summary["defaults"] = {

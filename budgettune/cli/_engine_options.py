@@ -132,7 +132,9 @@ PrefixCaching = Annotated[
     str,
     typer.Option(
         "--prefix-caching",
-        help="off (default: replays are not flattered by cache hits) or on.",
+        help="engine (default: as the engine ships, on for vLLM, SGLang, TensorRT-LLM and the "
+        "built-in engine), on or off. Every replay sends prompts no other replay shares, so "
+        "hits come only from the traffic's own shared prefixes.",
         rich_help_panel=PANEL,
     ),
 ]

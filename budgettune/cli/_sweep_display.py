@@ -31,9 +31,11 @@ if TYPE_CHECKING:  # the live runner (httpx) and the sweep pipeline load when th
     from budgettune.app.profile import ProfileConfig, ProfileOutcome
     from budgettune.app.sweep import SweepResult
     from budgettune.app.sweep_setup import PreparedSweep
+    from budgettune.core.cache_count import PrefixCacheCount
     from budgettune.loadgen.runner import RunProgress
     from budgettune.tune.pair_grid import PairsOutcome
     from budgettune.tune.point import Point
+    from budgettune.tune.predict import Prediction
     from budgettune.tune.sweep_config import SweepConfig
 
 
@@ -184,6 +186,17 @@ def _interval_cell(interval: tuple[float | None, float | None] | None) -> str:
     return f" [{format_ms(low, unit=False)}-{high_text}]"
 
 
+def _hits_cell(point: Point | None, prediction: Prediction | None) -> list[str]:
+    """The prefix cache's hit share, measured (the engine's counters) / predicted."""
+
+    def share(count: PrefixCacheCount | None) -> str:
+        value = None if count is None else count.hit_share
+        return "-" if value is None else f"{value:.1%}"
+
+    measured = point.prefix_cache if point is not None and point.is_measured else None
+    return [f"{share(measured)} / {share(prediction.prefix_cache if prediction else None)}"]
+
+
 def _goodput_cell(point: Point) -> str:
     if point.goodput is None:
         return "-"
@@ -209,6 +222,13 @@ def print_result(result: SweepResult, config: SweepConfig) -> None:
     columns = ["budget", "TBT ms", "TTFT ms", "tok/s", "failed", "verdict"]
     if config.goodput:
         columns.append("goodput req/s")
+    # The prefix cache's share, measured / predicted, once anything was found cached.
+    show_hits = any(
+        p.prefix_cache is not None and p.prefix_cache.hits_tokens for p in result.points
+    ) or any(p.prefix_cache is not None and p.prefix_cache.hits_tokens
+             for p in result.predictions.values())  # fmt: skip
+    if show_hits:
+        columns.append("cache hits")
     for column in columns:
         table.add_column(column, justify="right")
     measured = {pt.budget: pt for pt in result.points}
@@ -221,10 +241,11 @@ def print_result(result: SweepResult, config: SweepConfig) -> None:
         pred_tbt = format_ms(prediction.tbt_s * 1e3, unit=False) if prediction else "-"
         pred_ttft = format_ms(prediction.ttft_s * 1e3, unit=False) if prediction else "-"
         label = str(budget) + (" (default)" if budget == config.default_budget else "")
+        hits = _hits_cell(point, prediction) if show_hits else []
         if point is None or not point.is_measured or point.measured is None:
             status = "[dim]not run[/dim]" if point is None else f"[red]{point.status.value}[/red]"
             cells = [label, f"- / {pred_tbt}", f"- / {pred_ttft}", "-", "-", status]
-            table.add_row(*cells, *(["-"] if config.goodput else []))
+            table.add_row(*cells, *(["-"] if config.goodput else []), *hits)
             continue
         summary = point.measured
         verdict = "[green]pass[/green]" if point.ok else "[red]fail[/red]"
@@ -244,6 +265,7 @@ def print_result(result: SweepResult, config: SweepConfig) -> None:
             str(summary.failed),
             verdict,
             *([_goodput_cell(point)] if config.goodput else []),
+            *hits,
         )
     console.print(table)
     from budgettune.tune.prediction_check import check_predictions

@@ -153,6 +153,12 @@ def _summary_table(stats: TraceStats) -> Table:
             f"{stats.shared_prefix_share:.1%} of requests, "
             f"{stats.shared_prefix_token_share or 0:.1%} of prompt tokens",
         )
+        if stats.cache_hit_share is not None:
+            table.add_row(
+                "prefix cache",
+                f"{stats.cache_hit_share:.1%} of prompt tokens hit with unbounded space "
+                "(16-token blocks)",
+            )
     return table
 
 

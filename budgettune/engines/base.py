@@ -51,6 +51,7 @@ class LaunchSpec:
     tensor_parallel_size: int | None = None
     gpu_memory_utilization: float | None = None
     prefix_caching: bool = False
+    prefix_caching_by: str = ""  # who decided prefix_caching, in words (the launch's facts)
     # The bearer key the server must demand (vLLM --api-key) and every request then carries;
     # None: no key. Never recorded: results keep only whether one was used.
     api_key: str | None = field(default=None, repr=False)

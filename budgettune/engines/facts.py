@@ -76,9 +76,10 @@ class EngineFacts:
 
 
 def decided_by(spec: LaunchSpec) -> tuple[tuple[str, str], ...]:
-    """Who set each scheduling setting of a launch: budgettune (the budget under test, prefix
-    caching off), the user (each option given), or the engine (its own default). Settings the
-    user left alone are not passed to the engine at all."""
+    """Who set each scheduling setting of a launch: budgettune (the budget under test), the
+    user (each option given), or the engine (its own default; prefix caching is then passed as
+    the engine's default, so that no install's own setting decides it). Settings the user left
+    alone are otherwise not passed to the engine at all."""
     if not spec.chunked_prefill:
         budget = "budgettune: chunking off (--budget none)"
     elif spec.budget_tokens is not None:
@@ -89,9 +90,8 @@ def decided_by(spec: LaunchSpec) -> tuple[tuple[str, str], ...]:
         ("budget_tokens", budget),
         (
             "prefix_caching",
-            "the user: --prefix-caching on"
-            if spec.prefix_caching
-            else "budgettune: off, so replays measure the budget, not cache hits",
+            spec.prefix_caching_by
+            or f"budgettune: {'on' if spec.prefix_caching else 'off'}, the launch's own setting",
         ),
     ]
     given = {

@@ -11,9 +11,10 @@ import asyncio
 import contextvars
 import functools
 import math
+import secrets
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -99,6 +100,10 @@ class RunOptions:
     concurrency: int | None = None
     continuous_usage: bool = False
     tokenizer: str | None = None  # a tokenizer.json: completions prompts sent as its text
+    # Mixed into every prompt's ids, so that no two runs send the same content and an engine's
+    # prefix cache is hit only where one run's own requests share a prefix (a re-measure on the
+    # same engine finds nothing of the replay before it). None: run_schedule draws a fresh one.
+    content_salt: int | None = None
 
     @property
     def prompt_form(self) -> str:
@@ -222,6 +227,7 @@ class RunOutcome:
     wake_late_s: FloatArray = field(default_factory=lambda: np.empty(0))
     prompt_form: str = "ids"  # RunOptions.prompt_form: what the prompts were sent as
     endpoint: Endpoint = Endpoint.COMPLETIONS
+    content_salt: int = 0  # RunOptions.content_salt as the run drew it
 
     def __repr__(self) -> str:  # short: see LiveRecord.__repr__
         return (
@@ -269,6 +275,7 @@ class RunOutcome:
             machine_ref_before_ms=self.machine_ref_before_ms,
             machine_ref_after_ms=self.machine_ref_after_ms,
             prompt_form=self.prompt_form,
+            content_salt=self.content_salt,
             prompt_tokens_checked=checked,
             prompt_tokens_off=off,
         )
@@ -318,17 +325,19 @@ def token_times_s(chunk_times_s: FloatArray, chunk_tokens: IntArray, mode: str) 
 
 
 def prompt_ids(schedule: Schedule, index: int, options: RunOptions) -> list[int]:
-    """Exactly ``prompt_tokens[index]`` random ids, seeded per request; requests of one prefix
-    group share their first ``prefix_tokens`` ids (and nothing else, by construction)."""
+    """Exactly ``prompt_tokens[index]`` random ids, seeded per request and run (the run's
+    ``content_salt``, 0 when None); requests of one prefix group share their first
+    ``prefix_tokens`` ids (and nothing else, by construction)."""
     length = int(schedule.prompt_tokens[index])
     low, high = options.token_id_low, options.token_id_high
-    rng = np.random.default_rng([options.seed, index])
+    salt = options.content_salt or 0
+    rng = np.random.default_rng([options.seed, salt, index])
     prefix: list[int] = []
     if schedule.prefix_group is not None and schedule.prefix_tokens is not None:
         group = int(schedule.prefix_group[index])
         if group >= 0:
             shared = min(int(schedule.prefix_tokens[index]), length)
-            group_rng = np.random.default_rng([options.seed, PREFIX_SEED_SALT, group])
+            group_rng = np.random.default_rng([options.seed, salt, PREFIX_SEED_SALT, group])
             prefix = group_rng.integers(low, high, size=shared).tolist()
     rest = rng.integers(low, high, size=length - len(prefix)).tolist()
     return prefix + rest
@@ -428,6 +437,8 @@ async def run_schedule(
     that a 401 (the server wants another API key) stops the run and raises UserError (field
     ``api_key``).
     """
+    if options.content_salt is None:
+        options = replace(options, content_salt=secrets.randbits(63))
     rules: list[StopRule] = [stop_rule] if stop_rule else []
     if options.max_error_rate is not None:
         rules.insert(0, error_rate_rule(options.max_error_rate, options.min_finished_for_abort))
@@ -617,4 +628,5 @@ async def run_schedule(
         wake_late_s=np.array([_late_s(send_times[live.record.request_id]) for live in records]),
         prompt_form=options.prompt_form,
         endpoint=options.endpoint,
+        content_salt=options.content_salt or 0,
     )

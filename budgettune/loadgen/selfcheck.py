@@ -79,6 +79,7 @@ class SelfCheck:
     machine_ref_before_ms: float | None = None  # machine_speed.reference_ms before the run
     machine_ref_after_ms: float | None = None  # and after it
     prompt_form: str = "ids"  # what the prompts were sent as: text or (token) ids
+    content_salt: int = 0  # the run's prompt-content salt (RunOptions.content_salt)
     # Completions requests whose server reported usage.prompt_tokens, and of them how many it
     # counted otherwise than scheduled (the prompts' lengths, checked by the server).
     prompt_tokens_checked: int = 0
@@ -159,6 +160,7 @@ class SelfCheck:
                 "after": self.machine_ref_after_ms,
             },
             "prompt_form": self.prompt_form,
+            "content_salt": self.content_salt,
             "prompt_tokens": {
                 "checked": self.prompt_tokens_checked,
                 "off": self.prompt_tokens_off,

@@ -176,6 +176,8 @@ def _sweep_table(sweep: SweepInput) -> str:
             "goodput (req/s)",
             lambda p: None if p.goodput_per_s is None else f"{p.goodput_per_s:.3g}",
         ),
+        ("prefix-cache hits", lambda p: _share(p.cache_hit_share)),
+        ("hits predicted", lambda p: _share(p.predicted_cache_hit_share)),
         ("failed", lambda p: None if p.failed is None else str(p.failed)),
         ("verdict", verdict),
         ("confidence", confidence),
@@ -209,6 +211,11 @@ def _sweep_table(sweep: SweepInput) -> str:
         rows.append(f"<tr><td>{_e(label)}</td>{''.join(tds)}</tr>")
     rows.append("</table>")
     return "\n".join(rows)
+
+
+def _share(value: float | None) -> str | None:
+    """A 0-1 share as a percentage with one decimal; None stays None (the column may go)."""
+    return None if value is None else f"{value:.1%}"
 
 
 def _safe_href(path: str) -> str | None:

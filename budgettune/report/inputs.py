@@ -96,6 +96,10 @@ class BudgetPoint:
     replays: int = 1
     round: int | None = None  # the search round it ran in (--parallel: budgets run together)
     slot: int | None = None
+    # The prefix cache's share of prompt tokens found cached: the engine's counters, and the
+    # simulator's (None: no prefix cache, or nothing looked up)
+    cache_hit_share: float | None = None
+    predicted_cache_hit_share: float | None = None
 
     @property
     def label(self) -> str:

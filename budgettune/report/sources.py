@@ -176,6 +176,8 @@ def simulate_input(
         rate = as_number(item.get("rate"))
         if rate is not None:
             rates.add(rate)
+        cache = item.get("prefix_cache")
+        hits = as_number(cache.get("hit_share")) if isinstance(cache, Mapping) else None
         points.append(
             BudgetPoint(
                 budget_tokens=budget,
@@ -186,6 +188,7 @@ def simulate_input(
                 completed=int(as_number(item.get("completed")) or 0),
                 failed=failed,
                 passed=_judge(tbt, ttft, slo),
+                predicted_cache_hit_share=hits if hits is not None and 0 <= hits <= 1 else None,
             )
         )
     passing = [p.budget_tokens for p in points if p.passed and p.budget_tokens is not None]

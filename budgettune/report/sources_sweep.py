@@ -113,12 +113,14 @@ def sweep_point(
 ) -> BudgetPoint:
     """One budget: the live point (if verified) beside the simulator's prediction."""
     predicted_tbt, predicted_ttft, predicted_thr = _predicted_figures(prediction)
+    predicted_hits = None if prediction is None else prediction.prefix_cache_hit_share
     if point is None:
         return BudgetPoint(
             budget_tokens=budget,
             predicted_tbt=predicted_tbt,
             predicted_ttft=predicted_ttft,
             predicted_throughput_tokens_per_s=predicted_thr,
+            predicted_cache_hit_share=predicted_hits,
             note="prediction only: not verified live",
         )
     early = point.stopped_early
@@ -128,6 +130,7 @@ def sweep_point(
             predicted_tbt=predicted_tbt,
             predicted_ttft=predicted_ttft,
             predicted_throughput_tokens_per_s=predicted_thr,
+            predicted_cache_hit_share=predicted_hits,
             error=point.error or "the engine failed to start",
         )
     records = _budget_records(point, run_dir, inline or {})
@@ -181,6 +184,8 @@ def sweep_point(
         replays=point.replays,
         round=point.round,
         slot=point.slot,
+        cache_hit_share=None if point.prefix_cache is None else point.prefix_cache.hit_share,
+        predicted_cache_hit_share=predicted_hits,
     )
 
 

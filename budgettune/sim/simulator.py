@@ -13,6 +13,7 @@ import numpy as np
 from budgettune.core.records import RequestRecord
 from budgettune.model.stepmodel import StepModel
 from budgettune.sim.scheduler import Scheduler, SchedulerConfig
+from budgettune.trace.prefix_blocks import prefix_block_keys as trace_block_keys
 from budgettune.trace.schedule import Schedule
 
 _JUMP_MIN_ITERATIONS = 2  # below this a normal schedule/commit is as cheap
@@ -39,23 +40,11 @@ class SimResult:
 
 
 def prefix_block_keys(schedule: Schedule, block_size: int) -> list[Sequence[Hashable]]:
-    """Each request's chain keys for the full blocks of its shared prefix: block j of group g
-    is (g, j), the same content in every request of g (the load generator draws a group's
-    prefix once), and nothing of a request's own tokens is keyed (it shares nothing)."""
-    n = len(schedule)
-    if schedule.prefix_group is None or schedule.prefix_tokens is None:
-        return [()] * n
-    groups = schedule.prefix_group.tolist()
-    shared = np.minimum(schedule.prefix_tokens, schedule.prompt_tokens).tolist()
-    longest: dict[int, int] = {}
-    for group, tokens in zip(groups, shared, strict=True):
-        if group >= 0:
-            longest[group] = max(longest.get(group, 0), tokens // block_size)
-    chains = {group: tuple((group, j) for j in range(blocks)) for group, blocks in longest.items()}
-    return [
-        chains[group][: tokens // block_size] if group >= 0 else ()
-        for group, tokens in zip(groups, shared, strict=True)
-    ]
+    """Each request's chain keys for the full blocks of its shared prefix
+    (:func:`budgettune.trace.prefix_blocks.prefix_block_keys`)."""
+    return trace_block_keys(
+        schedule.prompt_tokens, schedule.prefix_group, schedule.prefix_tokens, block_size
+    )
 
 
 def simulate(

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from budgettune.trace.prefix_blocks import unbounded_hit_share
 from budgettune.trace.schema import Trace
 
 BUDGETS_TOKENS = (512, 2048, 8192)
@@ -68,7 +69,9 @@ class TraceStats:
     ``interarrival_cv`` (std / mean of the gaps, 1 for Poisson) needs at least two gaps.
     ``prompt_share_above``: fraction of prompts longer than each budget. ``shared_prefix_share``:
     fraction of requests with a shared prefix, None when the format does not record prefixes;
-    ``shared_prefix_token_share``: the shared tokens' fraction of all prompt tokens."""
+    ``shared_prefix_token_share``: the shared tokens' fraction of all prompt tokens;
+    ``cache_hit_share``: the share of prompt tokens a prefix cache that never evicts would find
+    cached (whole blocks of 16, each group's first request computed, requests in order)."""
 
     requests: int
     span_s: float | None
@@ -79,6 +82,7 @@ class TraceStats:
     prompt_share_above: tuple[tuple[int, float], ...]
     shared_prefix_share: float | None
     shared_prefix_token_share: float | None
+    cache_hit_share: float | None
     prompt_histogram: Histogram
     output_histogram: Histogram
 
@@ -94,6 +98,7 @@ class TraceStats:
             "prompt_share_above": {str(budget): share for budget, share in self.prompt_share_above},
             "shared_prefix_share": self.shared_prefix_share,
             "shared_prefix_token_share": self.shared_prefix_token_share,
+            "cache_hit_share": self.cache_hit_share,
         }
 
 
@@ -124,6 +129,7 @@ def trace_stats(trace: Trace, budgets_tokens: tuple[int, ...] = BUDGETS_TOKENS) 
         prompt_share_above=share,
         shared_prefix_share=prefix_share,
         shared_prefix_token_share=prefix_token_share,
+        cache_hit_share=unbounded_hit_share(prompt, trace.prefix_group, trace.prefix_tokens),
         prompt_histogram=log2_histogram(prompt),
         output_histogram=log2_histogram(trace.output_tokens),
     )

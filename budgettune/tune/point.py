@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from budgettune.core.cache_count import PrefixCacheCount
 from budgettune.core.confidence import Confidence
 from budgettune.core.units import finite_or_none, ms_or_none
 from budgettune.loadgen.stop import StopReason
@@ -100,20 +101,24 @@ class SummaryMs:
 @dataclass(frozen=True, slots=True)
 class Predicted:
     """The simulator's figures at one budget: its summary, TBT and TTFT at the sweep's SLO
-    percentile (ms, None when not finite) and the mean decode batch."""
+    percentile (ms, None when not finite), the mean decode batch, and its prefix cache's hit
+    share (None: the engine keeps no prefix cache, or a document from before it)."""
 
     summary: SummaryMs
     tbt_at_slo_ms: float | None
     ttft_at_slo_ms: float | None
     decode_batch: float
+    prefix_cache_hit_share: float | None = None
 
     @classmethod
     def of(cls, prediction: Prediction) -> Predicted:
+        cache = prediction.prefix_cache
         return cls(
             summary=SummaryMs.of(prediction.summary),
             tbt_at_slo_ms=ms_or_none(prediction.tbt_s),
             ttft_at_slo_ms=ms_or_none(prediction.ttft_s),
             decode_batch=prediction.decode_batch,
+            prefix_cache_hit_share=None if cache is None else cache.hit_share,
         )
 
 
@@ -191,6 +196,8 @@ class Point:
     replay_files: tuple[str, ...] = ()  # results.json of every replay but results_file's
     slot: int | None = None  # the slot it ran on (sweep --parallel); None: the sweep's own process
     round: int | None = None  # the search round it was verified in (1, 2, ...)
+    # The engine's own prefix-cache counters over the replays judged (None: it counts none)
+    prefix_cache: PrefixCacheCount | None = None
 
     @property
     def is_measured(self) -> bool:

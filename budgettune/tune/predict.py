@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from budgettune.core.cache_count import PrefixCacheCount
 from budgettune.core.metrics import MetricsSummary, quantile, summarize, tbt_s, ttft_s
 from budgettune.core.records import RequestRecord
 from budgettune.model.stepmodel import StepModel
@@ -26,6 +27,7 @@ class Prediction:
     ttft_s: float
     summary: MetricsSummary
     decode_batch: float
+    prefix_cache: PrefixCacheCount | None = None  # None: the scheduler keeps no prefix cache
 
 
 def mean_decode_batch(records: Sequence[RequestRecord]) -> float:
@@ -53,7 +55,8 @@ def predict(
     """Simulate ``schedule`` at one budget and read the q-quantiles the SLOs constrain
     (``concurrency``: a closed loop with that many in flight, as the replays will send)."""
     config = dataclasses.replace(scheduler, budget_tokens=budget_tokens)
-    records = simulate(schedule, model, config, concurrency=concurrency).records
+    result = simulate(schedule, model, config, concurrency=concurrency)
+    records = result.records
     kept = sorted(records, key=lambda r: (r.target_s, r.request_id))[warmup_requests:]
     gaps = tbt_s(kept)
     return Prediction(
@@ -62,6 +65,11 @@ def predict(
         ttft_s=quantile(ttft_s(kept), q),
         summary=summarize(kept),
         decode_batch=mean_decode_batch(kept),
+        prefix_cache=(
+            PrefixCacheCount(result.prefix_cache_queries_tokens, result.prefix_cache_hits_tokens)
+            if config.prefix_caching
+            else None
+        ),
     )
 
 

@@ -112,6 +112,7 @@ def recommend(
     asked_rate_per_s: float | None = None,
     requests: int | None = None,
     concurrency: int | None = None,
+    expected_hit_share: float | None = None,
 ) -> Recommendation:
     """Pick the largest measured budget that met both SLOs and explain the choice.
 
@@ -128,7 +129,7 @@ def recommend(
     measured = sorted((pt for pt in points if pt.is_measured), key=lambda pt: pt.budget)
     passing = [pt for pt in measured if pt.ok]
     reasons: list[str] = []
-    noise = _contradictions(measured, p)
+    noise = _contradictions(measured, p) + cache_gaps(measured, expected_hit_share)
     for pt in points:
         if not pt.is_measured:
             reasons.append(f"Budget {pt.budget}: {pt.status.text} ({pt.error}).")
@@ -175,6 +176,33 @@ def recommend(
     binding, advice = _binding_advice(measured, p, slo_tbt, slo_ttft, load, candidates)
     reasons.insert(0, advice)
     return Recommendation(None, "No budget meets both SLOs at this load.", tuple(reasons), binding)
+
+
+CACHE_GAP = 0.10  # a measured hit share this far from the traffic's own is named
+
+
+def cache_gaps(measured: Sequence[Point], expected_hit_share: float | None) -> list[str]:
+    """One sentence for each measured budget whose engine found more than 10 points fewer (or
+    more) prompt tokens cached than the traffic's shared prefixes allow."""
+    if expected_hit_share is None:
+        return []
+    out = []
+    for pt in measured:
+        share = None if pt.prefix_cache is None else pt.prefix_cache.hit_share
+        if share is None or abs(share - expected_hit_share) <= CACHE_GAP:
+            continue
+        why = (
+            "its prefix cache is too small for the shared prefixes, or evicted them before "
+            "they were reused"
+            if share < expected_hit_share
+            else "other requests than this replay's share its prompts (another client of the "
+            "server, or a cache the replay did not fill)"
+        )
+        out.append(
+            f"Budget {pt.budget}: the engine found {share:.1%} of prompt tokens cached, the "
+            f"traffic's shared prefixes allow {expected_hit_share:.1%}: {why}."
+        )
+    return out
 
 
 def _binding_advice(

@@ -58,6 +58,9 @@ class SweepConfig:
     served_model: str | None = None  # the model path/name for the written engine configs
     asked_rate_per_s: float | None = None  # --rate (the realised rate of a short schedule differs)
     requests: int | None = None  # requests in the schedule
+    # The traffic's own sharing: prompt tokens a prefix cache with unbounded space would find
+    # cached (None: the traffic records no shared prefixes)
+    expected_hit_share: float | None = None
     # The kind of model_source; None: the caller did not say (the report adds no note).
     model_source_kind: ModelSourceKind | None = None
     # Whether the profile behind step_model found a knee; None: no profile (the roofline).

@@ -1,8 +1,13 @@
 """The run record names who set each scheduling setting of a launch: budgettune only the budget
-under test and prefix caching off; the user each option given; the engine everything else."""
+under test; the user each option given; the engine everything else, prefix caching included
+(passed as the engine's default, with its source)."""
 
 from __future__ import annotations
 
+import pytest
+
+from budgettune.app.launch import launch_spec
+from budgettune.app.requests import LaunchRequest
 from budgettune.engines.base import EngineHandle, LaunchSpec
 from budgettune.engines.facts import EngineFacts
 
@@ -30,6 +35,27 @@ def test_what_the_user_gave_is_theirs() -> None:
     assert found["budget_tokens"] == "the engine's default"
     assert found["max_num_seqs"] == "the user: --max-num-seqs"
     assert found["dtype"] == "the user: --dtype"
-    assert found["prefix_caching"] == "the user: --prefix-caching on"
     off = decided(LaunchSpec(chunked_prefill=False))["budget_tokens"]
     assert str(off).startswith("budgettune: chunking off")
+
+
+@pytest.mark.parametrize(
+    ("engine", "asked", "on", "said"),
+    [
+        ("vllm", "engine", True, "the engine's default, on: vLLM V1 caches prefixes by default"),
+        ("sglang", "engine", True, "the engine's default, on: SGLang keeps its radix cache"),
+        ("trtllm", "engine", True, "the engine's default, on: TensorRT-LLM reuses KV blocks"),
+        ("sim", "engine", True, "the engine's default, on: the built-in engine follows vLLM"),
+        ("vllm", "off", False, "the user: --prefix-caching off"),
+        ("sim", "ON", True, "the user: --prefix-caching on"),
+    ],
+)
+def test_prefix_caching_is_the_engines_unless_the_user_says(
+    engine: str, asked: str, on: bool, said: str
+) -> None:
+    spec = launch_spec(
+        LaunchRequest(prefix_caching=asked), engine=engine, model="m" if engine != "sim" else None,
+        gpu=None, url=None, max_model_len_tokens=None,
+    )  # fmt: skip
+    assert spec.prefix_caching is on
+    assert str(decided(spec)["prefix_caching"]).startswith(said)

@@ -92,7 +92,10 @@ def test_inspect_json_keys(azure_slice: Path) -> None:
     }
     assert issue_keys <= document.keys()
     # and the other figures the table shows, documented in traces/README.md
-    extra = {"prompt_share_above", "shared_prefix_share", "shared_prefix_token_share"}
+    extra = {
+        "prompt_share_above", "shared_prefix_share", "shared_prefix_token_share",
+        "cache_hit_share",
+    }  # fmt: skip
     assert set(document) == issue_keys | extra
     assert set(document["prompt_share_above"]) == {"512", "2048", "8192"}
     assert document["shared_prefix_share"] is None  # Azure records no prefixes
