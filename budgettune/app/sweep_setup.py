@@ -484,7 +484,10 @@ def _sweep_config(
             prefix_caching=spec.prefix_caching,
         ),
         expected_hit_share=unbounded_hit_share(
-            schedule.prompt_tokens, schedule.prefix_group, schedule.prefix_tokens
+            schedule.prompt_tokens,
+            schedule.prefix_group,
+            schedule.prefix_tokens,
+            shared=schedule.shared_blocks,
         ),
         traffic=load.line,
         rate_per_s=schedule.rate_per_s,

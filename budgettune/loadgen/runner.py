@@ -52,6 +52,7 @@ START_LEAD_S = 0.05  # the first target lies this far after start, so it is not 
 # and 3.7 ms at 30 ms (README: How the numbers are counted).
 PREPARE_LEAD_S = 0.030
 PREFIX_SEED_SALT = 1_000_003
+TREE_SEED_SALT = 1_000_033  # shared blocks of a prefix tree (Mooncake hash_ids)
 # Idle connections are dropped well before vLLM's (uvicorn's) 5 s keep-alive timeout: reusing one
 # just as the server closes it fails the request ("Server disconnected without sending a
 # response"), seen in the real-vLLM tests with requests 3 s apart.
@@ -333,7 +334,15 @@ def prompt_ids(schedule: Schedule, index: int, options: RunOptions) -> list[int]
     salt = options.content_salt or 0
     rng = np.random.default_rng([options.seed, salt, index])
     prefix: list[int] = []
-    if schedule.prefix_group is not None and schedule.prefix_tokens is not None:
+    blocks = schedule.shared_blocks
+    if blocks is not None:
+        # Exact shared blocks: each tree node's tokens drawn once per run, the same wherever
+        # the node appears (it stands for the blocks before it too), the last cut at the prompt.
+        for node in blocks.of(index).tolist():
+            node_rng = np.random.default_rng([options.seed, salt, TREE_SEED_SALT, node])
+            prefix += node_rng.integers(low, high, size=blocks.block_tokens).tolist()
+        prefix = prefix[:length]
+    elif schedule.prefix_group is not None and schedule.prefix_tokens is not None:
         group = int(schedule.prefix_group[index])
         if group >= 0:
             shared = min(int(schedule.prefix_tokens[index]), length)

@@ -43,8 +43,9 @@ def prefix_block_keys(schedule: Schedule, block_size: int) -> list[Sequence[Hash
     """Each request's chain keys for the full blocks of its shared prefix
     (:func:`budgettune.trace.prefix_blocks.prefix_block_keys`)."""
     return trace_block_keys(
-        schedule.prompt_tokens, schedule.prefix_group, schedule.prefix_tokens, block_size
-    )
+        schedule.prompt_tokens, schedule.prefix_group, schedule.prefix_tokens, block_size,
+        schedule.shared_blocks,
+    )  # fmt: skip
 
 
 def simulate(

@@ -116,7 +116,11 @@ def trace_stats(trace: Trace, budgets_tokens: tuple[int, ...] = BUDGETS_TOKENS) 
     prompt = trace.prompt_tokens
     share = tuple((b, float(np.mean(prompt > b))) for b in budgets_tokens)
     prefix_share = prefix_token_share = None
-    if trace.prefix_tokens is not None:
+    if trace.shared_blocks is not None:
+        shared = trace.shared_blocks.shared_tokens(prompt)
+        prefix_share = float(np.mean(shared > 0))
+        prefix_token_share = float(shared.sum() / prompt.sum())
+    elif trace.prefix_tokens is not None:
         prefix_share = float(np.mean(trace.prefix_tokens > 0))
         prefix_token_share = float(trace.prefix_tokens.sum() / prompt.sum())
     return TraceStats(
@@ -129,7 +133,9 @@ def trace_stats(trace: Trace, budgets_tokens: tuple[int, ...] = BUDGETS_TOKENS) 
         prompt_share_above=share,
         shared_prefix_share=prefix_share,
         shared_prefix_token_share=prefix_token_share,
-        cache_hit_share=unbounded_hit_share(prompt, trace.prefix_group, trace.prefix_tokens),
+        cache_hit_share=unbounded_hit_share(
+            prompt, trace.prefix_group, trace.prefix_tokens, shared=trace.shared_blocks
+        ),
         prompt_histogram=log2_histogram(prompt),
         output_histogram=log2_histogram(trace.output_tokens),
     )

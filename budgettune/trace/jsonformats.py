@@ -13,7 +13,7 @@ import numpy as np
 from budgettune.core import jsonio
 from budgettune.core.errors import TraceError, UserError
 from budgettune.trace.blocks import iter_line_blocks, open_trace_file
-from budgettune.trace.schema import IntArray, RawRows, RowLocation
+from budgettune.trace.schema import IntArray, RawRows, RowLocation, SharedBlocks
 
 MOONCAKE_BLOCK_TOKENS = 512
 
@@ -162,13 +162,10 @@ def read_budgettune(path: str, columns: str | None) -> RawRows:
     )
 
 
-def shared_prefixes(
-    hash_ids: list[list[int]], prompt_tokens: IntArray, block_tokens: int = MOONCAKE_BLOCK_TOKENS
-) -> tuple[IntArray, IntArray]:
-    """Prefix groups from Mooncake-style block hashes: a request's shared prefix is its longest
-    run of leading blocks that at least one other request also starts with (the part a prefix
-    cache could serve), capped at its prompt. Its group is numbered by its first block, in order
-    of first appearance; -1 with 0 tokens when nothing is shared."""
+def _shared_paths(hash_ids: list[list[int]]) -> list[list[int]]:
+    """Each request's run of leading blocks that at least one other request also starts with
+    (the part a prefix cache could serve), as nodes of the trace's prefix tree: a node stands
+    for a block and every block before it, so equal nodes mean equal prefixes."""
     node_of: dict[tuple[int, Any], int] = {}
     visits: list[int] = []
     paths: list[list[int]] = []
@@ -182,16 +179,46 @@ def shared_prefixes(
             path.append(node)
             parent = node
         paths.append(path)
-    group = np.full(len(hash_ids), -1, dtype=np.int64)
-    tokens = np.zeros(len(hash_ids), dtype=np.int64)
-    group_of_root: dict[int, int] = {}
-    for i, path in enumerate(paths):
+    shared_paths = []
+    for path in paths:
         shared = 0
         while shared < len(path) and visits[path[shared]] >= 2:
             shared += 1
-        if shared:
+        shared_paths.append(path[:shared])
+    return shared_paths
+
+
+def shared_blocks(
+    hash_ids: list[list[int]], prompt_tokens: IntArray, block_tokens: int = MOONCAKE_BLOCK_TOKENS
+) -> SharedBlocks:
+    """The blocks each request shares with another, exactly as the hashes record them (a tree
+    of shared blocks, not one prefix per group), at most as many as its prompt fills."""
+    paths = _shared_paths(hash_ids)
+    return SharedBlocks.from_lists(
+        [
+            path[: -(-int(prompt) // block_tokens)]
+            for path, prompt in zip(paths, prompt_tokens, strict=True)
+        ],
+        block_tokens,
+    )
+
+
+def shared_prefixes(
+    hash_ids: list[list[int]], prompt_tokens: IntArray, block_tokens: int = MOONCAKE_BLOCK_TOKENS
+) -> tuple[IntArray, IntArray]:
+    """Prefix groups from Mooncake-style block hashes, for formats that hold one prefix per
+    request: a request's shared prefix is its longest run of leading blocks that another request
+    also starts with, capped at its prompt. Its group is numbered by its first block, in order of
+    first appearance; -1 with 0 tokens when nothing is shared. Two requests of a group may then
+    share more than the trace says (their runs can part after the first block):
+    :func:`shared_blocks` keeps the tree."""
+    group = np.full(len(hash_ids), -1, dtype=np.int64)
+    tokens = np.zeros(len(hash_ids), dtype=np.int64)
+    group_of_root: dict[int, int] = {}
+    for i, path in enumerate(_shared_paths(hash_ids)):
+        if path:
             group[i] = group_of_root.setdefault(path[0], len(group_of_root))
-            tokens[i] = min(shared * block_tokens, int(prompt_tokens[i]))
+            tokens[i] = min(len(path) * block_tokens, int(prompt_tokens[i]))
     return group, tokens
 
 
@@ -221,6 +248,7 @@ def read_mooncake(path: str, columns: str | None) -> RawRows:
     cat = {k: (np.concatenate(v) if v else np.empty(0)) for k, v in parts.items()}
     prompt = cat["p"].astype(np.int64)
     group, tokens = shared_prefixes(hashes, prompt)
+    blocks = shared_blocks(hashes, prompt)
     return RawRows(
         prompt=prompt,
         output=cat["o"].astype(np.int64),
@@ -231,6 +259,7 @@ def read_mooncake(path: str, columns: str | None) -> RawRows:
         arrival_field="timestamp",
         prefix_group=group if np.any(group >= 0) else None,
         prefix_tokens=tokens if np.any(group >= 0) else None,
+        shared_blocks=blocks if np.any(group >= 0) else None,
     )
 
 

@@ -118,6 +118,7 @@ def _load(
         prefix_tokens=rows.prefix_tokens,
         source=shown,
         format=fmt.name,
+        shared_blocks=rows.shared_blocks,
     )
     report = LoadReport(
         path=shown,

@@ -186,4 +186,5 @@ def _schedule(source: Trace, rows: np.ndarray, times: np.ndarray) -> Schedule:
         output_tokens=source.output_tokens[rows],
         prefix_group=pick(source.prefix_group),
         prefix_tokens=pick(source.prefix_tokens),
+        shared_blocks=None if source.shared_blocks is None else source.shared_blocks.take(rows),
     )

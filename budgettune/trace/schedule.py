@@ -20,6 +20,7 @@ from budgettune.core.limits import (
     check_number,
 )
 from budgettune.trace.dists import LengthDist
+from budgettune.trace.schema import SharedBlocks
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -30,7 +31,8 @@ class Schedule:
     """Parallel arrays, sorted by ``target_s`` (seconds from run start, first request near 0).
 
     prefix_group / prefix_tokens: requests of one group >= 0 share their first prefix_tokens
-    prompt tokens; -1 means no shared prefix.
+    prompt tokens; -1 means no shared prefix. shared_blocks: the exact blocks each request
+    shares (:class:`~budgettune.trace.schema.SharedBlocks`), used instead of the groups when set.
     """
 
     target_s: FloatArray
@@ -38,6 +40,7 @@ class Schedule:
     output_tokens: IntArray
     prefix_group: IntArray | None = None
     prefix_tokens: IntArray | None = None
+    shared_blocks: SharedBlocks | None = None
 
     def __len__(self) -> int:
         return len(self.target_s)

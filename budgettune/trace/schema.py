@@ -24,6 +24,53 @@ def plural(count: int, noun: str) -> str:
 
 
 @dataclass(slots=True, frozen=True)
+class SharedBlocks:
+    """Each request's leading prompt blocks of ``block_tokens`` tokens that other requests hold
+    too (Mooncake's ``hash_ids``), as a ragged array: request i's are
+    ``ids[offsets[i]:offsets[i + 1]]``. An id stands for its block's tokens and every block
+    before it (a node of the traffic's prefix tree), so two requests hold the same tokens up to a
+    block's end exactly when they hold its id; a request's tokens past its ids are its own. The
+    last block is cut at the prompt's end."""
+
+    offsets: IntArray
+    ids: IntArray
+    block_tokens: int
+
+    def __post_init__(self) -> None:
+        if len(self.offsets) < 1 or self.offsets[0] != 0 or self.offsets[-1] != len(self.ids):
+            raise ValueError("SharedBlocks.offsets must run from 0 to len(ids)")
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @classmethod
+    def from_lists(cls, blocks: list[list[int]], block_tokens: int) -> SharedBlocks:
+        lengths = np.array([len(ids) for ids in blocks], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        flat = [block for ids in blocks for block in ids]
+        return cls(offsets, np.array(flat, dtype=np.int64), block_tokens)
+
+    def of(self, index: int) -> IntArray:
+        """Request ``index``'s block ids, in prompt order."""
+        return self.ids[self.offsets[index] : self.offsets[index + 1]]
+
+    def shared_tokens(self, prompt_tokens: IntArray) -> IntArray:
+        """Each request's tokens within its shared blocks (at most its prompt)."""
+        return np.minimum(np.diff(self.offsets) * self.block_tokens, prompt_tokens)
+
+    def take(self, index: npt.ArrayLike) -> SharedBlocks:
+        """The rows at ``index`` (an index array or a boolean mask), in that order."""
+        idx = np.asarray(index)
+        if idx.dtype == bool:
+            idx = np.flatnonzero(idx)
+        lengths = np.diff(self.offsets)[idx]
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        starts = self.offsets[:-1][idx]
+        positions = np.repeat(starts - offsets[:-1], lengths) + np.arange(int(offsets[-1]))
+        return SharedBlocks(offsets, self.ids[positions], self.block_tokens)
+
+
+@dataclass(slots=True, frozen=True)
 class TraceRequest:
     """One request of a trace. ``arrival_s`` is None for a lengths-only trace; prefix_group -1
     means no shared prefix (then prefix_tokens is 0)."""
@@ -52,10 +99,19 @@ class Trace:
     prefix_tokens: IntArray | None = None
     source: str = ""
     format: str = ""
+    # Exact shared blocks where the format records them (Mooncake): preferred to the groups,
+    # which then only approximate them (for formats that hold one prefix per request).
+    shared_blocks: SharedBlocks | None = None
 
     def __post_init__(self) -> None:
         n = len(self.prompt_tokens)
-        for name in ("output_tokens", "arrival_s", "prefix_group", "prefix_tokens"):
+        for name in (
+            "output_tokens",
+            "arrival_s",
+            "prefix_group",
+            "prefix_tokens",
+            "shared_blocks",
+        ):
             column = getattr(self, name)
             if column is not None and len(column) != n:
                 raise ValueError(f"Trace.{name} has {len(column)} rows, prompt_tokens has {n}")
@@ -101,6 +157,7 @@ class Trace:
             prefix_tokens=pick(self.prefix_tokens),  # type: ignore[arg-type]
             source=self.source,
             format=self.format,
+            shared_blocks=None if self.shared_blocks is None else self.shared_blocks.take(idx),
         )
 
     @classmethod
@@ -206,6 +263,7 @@ class RawRows:
     prefix_tokens: IntArray | None = None
     skipped: list[tuple[str, int]] = field(default_factory=list)
     indexed: bool = False
+    shared_blocks: SharedBlocks | None = None
 
     def where(self, row: int, field_name: str) -> RowLocation:
         """Where ``row`` (an index into these arrays) is in the file, for ``field_name``."""
@@ -223,3 +281,5 @@ class RawRows:
         if self.prefix_group is not None and self.prefix_tokens is not None:
             self.prefix_group = self.prefix_group[mask]
             self.prefix_tokens = self.prefix_tokens[mask]
+        if self.shared_blocks is not None:
+            self.shared_blocks = self.shared_blocks.take(mask)

