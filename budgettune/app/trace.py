@@ -10,7 +10,7 @@ from budgettune.trace.dists import LengthDist
 from budgettune.trace.inspect import TraceStats, trace_stats
 from budgettune.trace.load import load_trace
 from budgettune.trace.schema import LoadReport
-from budgettune.trace.synth import synthesize, write_jsonl
+from budgettune.trace.synth import DEFAULT_THINK_TIME_S, synthesize, write_jsonl
 
 
 def inspect_trace(
@@ -49,6 +49,8 @@ def synth_trace(
     burstiness: float = 1.0,
     prefix_groups: int = 0,
     prefix_tokens: int = 0,
+    conversation_turns: int = 0,
+    think_time_s: float = DEFAULT_THINK_TIME_S,
 ) -> TraceStats:
     """Synthesize a trace, write it to ``output`` ("-": stdout) as budgettune JSON Lines, and
     return its statistics."""
@@ -63,6 +65,8 @@ def synth_trace(
         burstiness=burstiness,
         prefix_groups=prefix_groups,
         prefix_tokens=prefix_tokens,
+        conversation_turns=conversation_turns,
+        think_time_s=think_time_s,
     )
     write_jsonl(trace, output)
     return trace_stats(trace)

@@ -57,6 +57,22 @@ def synth(
             "--prefix-tokens", help="Length of each shared prefix, tokens (e.g. 512 or 2k)."
         ),
     ] = "0",
+    conversation_turns: Annotated[
+        int,
+        typer.Option(
+            "--conversation-turns",
+            help="Requests are the turns of conversations of this many turns (0: none): each "
+            "turn's prompt is the conversation so far (earlier prompts and answers) plus new "
+            "text from --prompt-dist; conversations start at --rate / turns.",
+        ),
+    ] = 0,
+    think_time: Annotated[
+        str,
+        typer.Option(
+            "--think-time",
+            help="Mean time between a conversation's turns (exponential), e.g. 10s.",
+        ),
+    ] = "10s",
     seed: to.Seed = to.DEFAULTS.seed,
 ) -> None:
     """Write a seeded synthetic trace (Poisson or gamma arrivals, lengths from distributions)."""
@@ -76,6 +92,8 @@ def synth(
         burstiness=parse_positive_float(burstiness, field="burstiness"),
         prefix_groups=prefix_groups,
         prefix_tokens=parse_tokens(prefix_tokens, field="prefix_tokens"),
+        conversation_turns=conversation_turns,
+        think_time_s=parse_duration_s(think_time, field="think_time"),
     )
     if str(output) != "-":
         console_err.print(

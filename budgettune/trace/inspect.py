@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from budgettune.trace.prefix_blocks import unbounded_hit_share
-from budgettune.trace.schema import Trace
+from budgettune.trace.schema import IntArray, Trace
 
 BUDGETS_TOKENS = (512, 2048, 8192)
 
@@ -102,6 +102,24 @@ class TraceStats:
         }
 
 
+def shared_with_another(group: IntArray, tokens: IntArray) -> IntArray:
+    """Each request's prefix tokens that another request of its group holds too: its prefix,
+    cut at the longest prefix among the others (a conversation's last turn shares only the
+    history the turn before it sent; a group of one shares nothing)."""
+    out = np.zeros(len(group), dtype=np.int64)
+    for g in np.unique(group[group >= 0]):
+        members = np.flatnonzero(group == g)
+        if len(members) < 2:
+            continue
+        lengths = tokens[members]
+        order = np.argsort(lengths)[::-1]
+        first, second = lengths[order[0]], lengths[order[1]]
+        others_max = np.full(len(members), first)
+        others_max[order[0]] = second  # the longest's others reach only the second longest
+        out[members] = np.minimum(lengths, others_max)
+    return out
+
+
 def trace_stats(trace: Trace, budgets_tokens: tuple[int, ...] = BUDGETS_TOKENS) -> TraceStats:
     """Statistics of a non-empty trace."""
     if len(trace) == 0:
@@ -120,9 +138,10 @@ def trace_stats(trace: Trace, budgets_tokens: tuple[int, ...] = BUDGETS_TOKENS) 
         shared = trace.shared_blocks.shared_tokens(prompt)
         prefix_share = float(np.mean(shared > 0))
         prefix_token_share = float(shared.sum() / prompt.sum())
-    elif trace.prefix_tokens is not None:
-        prefix_share = float(np.mean(trace.prefix_tokens > 0))
-        prefix_token_share = float(trace.prefix_tokens.sum() / prompt.sum())
+    elif trace.prefix_tokens is not None and trace.prefix_group is not None:
+        shared = shared_with_another(trace.prefix_group, trace.prefix_tokens)
+        prefix_share = float(np.mean(shared > 0))
+        prefix_token_share = float(shared.sum() / prompt.sum())
     return TraceStats(
         requests=len(trace),
         span_s=span_s,

@@ -13,10 +13,13 @@ import numpy as np
 
 from budgettune.core.errors import SpecError
 from budgettune.core.files import atomic_writer, check_overwrite
-from budgettune.core.limits import MAX_TOKENS, check_count
+from budgettune.core.limits import MAX_DURATION_S, MAX_TOKENS, check_count
 from budgettune.trace.dists import LengthDist
 from budgettune.trace.schedule import bounded_arrival_times_s, check_burstiness
 from budgettune.trace.schema import Trace
+
+DEFAULT_THINK_TIME_S = 10.0  # a user reads the answer and types the next turn
+MAX_TURNS = 1000
 
 
 def synthesize(
@@ -31,12 +34,27 @@ def synthesize(
     burstiness: float = 1.0,
     prefix_groups: int = 0,
     prefix_tokens: int = 0,
+    conversation_turns: int = 0,
+    think_time_s: float = DEFAULT_THINK_TIME_S,
 ) -> Trace:
     """A seeded synthetic trace. Draw order (times, prompts, outputs) matches
     :func:`~budgettune.trace.schedule.synthetic_schedule`, so with ``requests`` alone the two
     give the same requests for the same seed. With ``prefix_groups`` G > 0 each request joins
     one of G groups at random whose first ``prefix_tokens`` tokens (at most its prompt) are
-    shared, like a system prompt."""
+    shared, like a system prompt. With ``conversation_turns`` T > 0 the requests are the turns of
+    conversations instead (:func:`conversations`)."""
+    if conversation_turns:
+        if prefix_groups or prefix_tokens:
+            raise SpecError(
+                "a conversation's turns share its history; give --conversation-turns or "
+                "--prefix-groups, not both",
+                field="conversation_turns",
+            )
+        return conversations(
+            prompt_dist=prompt_dist, output_dist=output_dist, rate_per_s=rate_per_s,
+            requests=requests, duration_s=duration_s, seed=seed, arrivals=arrivals,
+            burstiness=burstiness, turns=conversation_turns, think_time_s=think_time_s,
+        )  # fmt: skip
     if arrivals not in ("poisson", "gamma"):
         raise SpecError(
             f"synthetic traces use poisson or gamma, not {arrivals!r}", field="arrivals"
@@ -74,6 +92,65 @@ def synthesize(
         arrival_s=times,
         prefix_group=group,
         prefix_tokens=shared,
+        source="synthetic",
+        format="budgettune",
+    )
+
+
+def conversations(
+    *,
+    prompt_dist: LengthDist,
+    output_dist: LengthDist,
+    rate_per_s: float,
+    turns: int,
+    think_time_s: float,
+    requests: int | None = None,
+    duration_s: float | None = None,
+    seed: int = 0,
+    arrivals: str = "poisson",
+    burstiness: float = 1.0,
+) -> Trace:
+    """Multi-turn conversations: they start at ``rate_per_s / turns`` (so requests arrive at
+    ``rate_per_s`` on average), each of ``turns`` turns, a turn sent an exponential think time
+    (mean ``think_time_s``) after the one before. Turn k's prompt is the conversation so far:
+    turn k - 1's prompt, its answer (of turn k - 1's output length) and new text from
+    ``prompt_dist``, at most MAX_TOKENS. Every turn's prompt is a prefix of its conversation's
+    token stream (``prefix_group`` the conversation, ``prefix_tokens`` the whole prompt), so the
+    next turn repeats all of it; a turn's answer is replayed as text the load generator draws,
+    not as the engine's own answer, so a cache hits the history a turn sent, not its answer."""
+    check_count(turns, field="conversation_turns", minimum=1, maximum=MAX_TURNS)
+    if not 0 < think_time_s <= MAX_DURATION_S:
+        raise SpecError(f"must be positive, got {think_time_s!r} s", field="think_time")
+    check_burstiness(burstiness, arrivals)
+    check_count(seed, field="seed", minimum=0, maximum=2**64 - 1)
+    rng = np.random.default_rng(seed)
+    starts = bounded_arrival_times_s(
+        rng,
+        rate_per_s / turns,
+        requests=None if requests is None else -(-requests // turns),
+        duration_s=duration_s,
+        process=arrivals,
+        burstiness=burstiness,
+    )
+    count = len(starts)
+    new_text = prompt_dist.sample(rng, count * turns).reshape(count, turns)
+    answers = output_dist.sample(rng, count * turns).reshape(count, turns)
+    gaps = rng.exponential(think_time_s, size=(count, turns))
+    gaps[:, 0] = 0.0
+    times = starts[:, None] + np.cumsum(gaps, axis=1)
+    history = np.cumsum(new_text, axis=1) + np.cumsum(answers, axis=1) - answers
+    prompts = np.minimum(history, MAX_TOKENS).astype(np.int64)
+    order = np.argsort(times.ravel(), kind="stable")
+    keep = order if requests is None else order[:requests]
+    if duration_s is not None:
+        keep = keep[times.ravel()[keep] < duration_s]
+    prompt = prompts.ravel()[keep]
+    return Trace(
+        prompt_tokens=prompt,
+        output_tokens=answers.ravel()[keep].astype(np.int64),
+        arrival_s=times.ravel()[keep],
+        prefix_group=np.repeat(np.arange(count, dtype=np.int64), turns)[keep],
+        prefix_tokens=prompt.copy(),
         source="synthetic",
         format="budgettune",
     )
