@@ -208,7 +208,8 @@ def test_cli_sweep_on_the_standin_writes_trtllm_yaml(
     assert "engine trtllm (as asked)" in done.stderr
     for budget in (256, 512):
         options = yaml.safe_load((run_dir / f"engine-{budget}.trtllm.yaml").read_text())
-        assert options["kv_cache_config"] == {"enable_block_reuse": False}
+        # block reuse (its prefix cache) as TensorRT-LLM ships it: on, and not in trtllm.yaml
+        assert options["kv_cache_config"] == {"enable_block_reuse": True}
     doc = json.loads((run_dir / "recommendation.json").read_text())
     assert doc["budget"] in (256, 512)
     written = yaml.safe_load((run_dir / "trtllm.yaml").read_text())
