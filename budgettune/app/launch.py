@@ -75,6 +75,23 @@ def launch_spec(
     its own); otherwise at most one is taken."""
     check_api_key(api_key)  # before anything starts: a bad key fails every request
     caching = prefix_caching_choice(launch.prefix_caching, engine)
+    config_path = None
+    if launch.engine_config is not None:
+        from budgettune.app.engine_config_file import file_prefix_caching
+        from budgettune.engines.config_file import read_engine_config
+        from budgettune.engines.registry import reads_config_file
+
+        if not reads_config_file(engine):
+            raise SpecError(
+                f"reads vLLM's config file (vllm serve --config), not {engine}'s; pass its "
+                "settings with --engine-arg",
+                field="engine_config",
+            )
+        config = read_engine_config(launch.engine_config)
+        config_path = config.path
+        on, said = file_prefix_caching(config)
+        if on is not None and launch.prefix_caching.strip().lower() == "engine":
+            caching = PrefixCachingChoice(on, f"the user's engine config: {said}")
     share = launch.gpu_memory_utilization
     if share is not None:
         check_share(share, field="gpu_memory_utilization")
@@ -117,6 +134,7 @@ def launch_spec(
         gpu_memory_utilization=share,
         prefix_caching=bool(caching.on),
         prefix_caching_by=caching.why,
+        engine_config=config_path,
         api_key=api_key,
     )
 

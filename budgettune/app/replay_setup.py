@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from budgettune.app.client import ClientSettings, client_settings, without_secrets
+from budgettune.app.engine_config_file import with_engine_config
 from budgettune.app.launch import launch_spec, resolve_engine
 from budgettune.app.outputs import RESULTS_FOLDER, claim_folder
 from budgettune.app.replay import ReplayConfig
@@ -64,6 +65,7 @@ def prepare_replay(
         raise SpecError(
             f"unknown mode {request.merged_chunks!r}; use spread or first", field="merged_chunks"
         )
+    request = with_engine_config(request, warn=warn)
     client = client_settings(request.client)
     if request.port is not None:
         check_port(request.port, field="port")

@@ -134,6 +134,7 @@ class LaunchRequest:
     gpu_memory_utilization: float | None = None
     prefix_caching: str = "engine"  # engine (its own default), on or off
     health_timeout: str | None = None
+    engine_config: Path | None = None  # the user's `vllm serve --config` file
 
 
 @dataclass(slots=True, frozen=True)
@@ -270,7 +271,7 @@ class ServeRequest:
     prefix_caching: str = "engine"  # engine (vLLM's default: on), on or off
 
 
-_PATHS = frozenset({"trace", "profile", "output", "resume"})
+_PATHS = frozenset({"trace", "profile", "output", "resume", "engine_config"})
 # The option groups a request may hold, by the name of their type (a field's annotation).
 _GROUPS = {
     kind.__name__: kind

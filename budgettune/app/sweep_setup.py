@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from budgettune.app.baseline import Baseline
 from budgettune.app.client import ClientSettings, client_settings, without_secrets
+from budgettune.app.engine_config_file import with_engine_config
 from budgettune.app.launch import (
     SEQS_AUTO,
     budget_spec,
@@ -141,6 +142,7 @@ def prepare_sweep(
     anything is printed), the engine and its slots, the traffic, the engine's launch, the
     budgets, where the step-time model comes from, the run folder, then the model itself."""
     slos = _checked_slos(request)
+    request = with_engine_config(request, tunes_seqs=tunes_seqs(request.launch), warn=warn)
     client = client_settings(request.client)
     target = engine_target(request)
     client = client.for_engine(target.engine, target.model)

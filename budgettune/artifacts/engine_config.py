@@ -11,6 +11,7 @@ the simulated engine (vLLM's scheduling rules) ``vllm.yaml``: the engines schedu
 
 from __future__ import annotations
 
+import io
 import json
 import shlex
 from collections.abc import Mapping
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from budgettune.core.files import write_atomic
+from budgettune.engines.config_file import flag_name
 from budgettune.engines.sglang import MAX_PREFILL_TOKENS_DEFAULT
 from budgettune.engines.trtllm import options_yaml
 
@@ -35,6 +37,9 @@ class FixedSettings:
     gpu_memory_utilization: float | None = None
     dtype: str | None = None
     prefix_caching: bool | None = None
+    # The user's own engine config file (--engine-config), as text: vllm.yaml is that file with
+    # the settings above and the budget set, its comments and everything else kept.
+    base_config_text: str | None = None
 
 
 def vllm_config(settings: Mapping[str, object]) -> str:
@@ -218,5 +223,45 @@ def write_engine_config(
         write_atomic(path, trtllm_config(settings, model))
     else:
         settings = vllm_settings(budget_tokens=budget_tokens, model=model, extra=_vllm_fixed(fixed))
-        write_atomic(path, vllm_config(settings))
+        text = (
+            vllm_config(settings)
+            if fixed.base_config_text is None
+            else vllm_config_over(fixed.base_config_text, settings)
+        )
+        write_atomic(path, text)
     return path
+
+
+def vllm_config_over(base: str, settings: Mapping[str, object]) -> str:
+    """The user's own ``vllm serve --config`` text with ``settings`` (flag names with dashes)
+    set: a key the file already holds, in whatever spelling, keeps its place and changes only
+    when its value differs; a new one is appended. Round-tripped by ruamel.yaml, so comments,
+    order and the untouched lines stay as written."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.comments import CommentedMap
+
+    yaml = YAML()
+    yaml.preserve_quotes = True
+    yaml.width = 4096  # never re-wrap a long line of the user's
+    data = yaml.load(base)
+    if data is None:
+        data = CommentedMap()
+    spelled = {flag_name(str(key)): key for key in data}
+    for flag, value in settings.items():
+        if value is None:
+            continue
+        key = spelled.get(flag)
+        if key is None:
+            data[flag] = value
+        elif not _same(data[key], value):
+            data[key] = value
+    out = io.StringIO()
+    yaml.dump(data, out)
+    return out.getvalue()
+
+
+def _same(held: object, value: object) -> bool:
+    """Whether the file's value is already ``value`` (a bool is never a number here)."""
+    if isinstance(held, bool) or isinstance(value, bool):
+        return isinstance(held, bool) and isinstance(value, bool) and held == value
+    return held == value

@@ -5,6 +5,7 @@ word for themselves."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -139,6 +140,19 @@ PrefixCaching = Annotated[
     ),
 ]
 
+EngineConfig = Annotated[
+    Path | None,
+    typer.Option(
+        "--engine-config",
+        help="Your own `vllm serve --config` YAML file, passed whole to every launch (vLLM); "
+        "the settings budgettune models in it (model, max-num-seqs, max-model-len, "
+        "tensor-parallel-size, gpu-memory-utilization, dtype, prefix caching) count as given, "
+        "and the written vllm.yaml is this file with the budget set. A key budgettune sets "
+        "(max-num-batched-tokens) or also given as a flag is refused.",
+        rich_help_panel=PANEL,
+    ),
+]
+
 HealthTimeout = Annotated[
     str | None,
     typer.Option(
@@ -164,5 +178,6 @@ LAUNCH = OptionGroup(
         "gpu_memory_utilization": GpuMemoryUtilization,
         "prefix_caching": PrefixCaching,
         "health_timeout": HealthTimeout,
+        "engine_config": EngineConfig,
     },
 )

@@ -52,6 +52,8 @@ class LaunchSpec:
     gpu_memory_utilization: float | None = None
     prefix_caching: bool = False
     prefix_caching_by: str = ""  # who decided prefix_caching, in words (the launch's facts)
+    # The user's engine config file, passed whole to every launch (vLLM --config); None: none
+    engine_config: Path | None = None
     # The bearer key the server must demand (vLLM --api-key) and every request then carries;
     # None: no key. Never recorded: results keep only whether one was used.
     api_key: str | None = field(default=None, repr=False)

@@ -46,6 +46,11 @@ def prefix_caching_default(name: str) -> PrefixCachingDefault | None:
     return None if module is None else module.PREFIX_CACHING
 
 
+def reads_config_file(name: str) -> bool:
+    """Whether engine ``name`` takes the user's ``--engine-config`` (vLLM's ``--config`` YAML)."""
+    return name == "vllm"
+
+
 def engine_names() -> list[str]:
     return list(ENGINES)
 

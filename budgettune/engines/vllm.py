@@ -84,6 +84,8 @@ def vllm_command(spec: LaunchSpec, port: int) -> list[str]:
     if spec.dtype is not None:
         cmd += ["--dtype", spec.dtype]
     cmd.append("--enable-prefix-caching" if spec.prefix_caching else "--no-enable-prefix-caching")
+    if spec.engine_config is not None:  # the user's own settings: the flags above win over it
+        cmd += ["--config", str(spec.engine_config)]
     return cmd + list(spec.extra_args)
 
 

@@ -34,7 +34,7 @@ RECORDING_VLLM = """
         env = {name: os.environ.get(name) for name in ("TABLE_ENV", "VLLM_API_KEY")}
         log.write(json.dumps({"argv": args, "env": env}) + "\\n")
     takes_value = {"--tensor-parallel-size": 1, "--enable-prefix-caching": 0,
-                   "--no-enable-prefix-caching": 0}
+                   "--no-enable-prefix-caching": 0, "--config": 1}
     served, i = [], 0
     while i < len(args):
         if args[i] in takes_value:
@@ -58,6 +58,7 @@ RECORDING_VLLM = """
 """
 
 KEY = "table-key-0451"
+ENGINE_CONFIG = str(Path(__file__).with_name("engine-config.yaml").resolve())
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +101,9 @@ ENGINE_GROUP = (
     Row("--api-key", KEY, env=("VLLM_API_KEY", KEY),
         why="a secret: never written to a file (the engine refused every request without it)"),
     Row("--health-timeout", "3m", saved=("health_timeout", "3m")),
+    # the user's own file: passed whole to every launch, and vllm.yaml is that file plus the rest
+    Row("--engine-config", ENGINE_CONFIG, argv=("--config", ENGINE_CONFIG),
+        yaml="swap-space: 4", saved=("engine_config", ENGINE_CONFIG)),
 )  # fmt: skip
 
 

@@ -536,15 +536,18 @@ def test_after_a_sigkill_the_cli_starts_clean_on_vllms_defaults(
 def ctrl_c_cli_replay_on_vllms_defaults(
     vllm_python: Path, model_dir: Path, cache_dir: Path, tmp_path: Path, budgettune_cmd: list[str]
 ) -> None:
-    """`budgettune replay --engine vllm ...` with vLLM's own defaults; the running server's
-    resolved scheduler config read from its development endpoint /server_info; then Ctrl-C."""
+    """`budgettune replay --engine vllm ...` with vLLM's own defaults and the user's engine config
+    file (max-model-len and dtype: the server must run with both); the running server's resolved
+    config read from its development endpoint /server_info; then Ctrl-C."""
     mark = uuid.uuid4().hex
     out = tmp_path / "cli"
     port = free_port()
+    prod = tmp_path / "prod.yaml"
+    prod.write_text("# what production runs with\nmax_model_len: 3072\ndtype: float32\n")
     command = on_client_core([
         *budgettune_cmd, "replay", "--engine", "vllm",
         "--model", str(model_dir), "--engine-cmd", engine_cmd_text(vllm_python),
-        *engine_flag_args(), "--dtype", "float32", "--port", str(port),
+        *engine_flag_args(), "--engine-config", str(prod), "--port", str(port),
         *env_args(cache_dir, mark), "--env", "VLLM_SERVER_DEV_MODE=1",
         "--requests", "200", "--rate", "5", "--prompt-dist", "fixed:128",
         "--output-dist", "fixed:400", "-o", str(out),
@@ -566,6 +569,7 @@ def ctrl_c_cli_replay_on_vllms_defaults(
                 timeout=30,
             )  # fmt: skip
             resolved = answer.json()["vllm_config"]["scheduler_config"]
+            model_config = answer.json()["vllm_config"]["model_config"]
             engine_pids = sorted(watch.seen)
             assert len(engine_pids) >= 4, engine_pids
             cli.send_signal(signal.SIGINT)
@@ -584,6 +588,10 @@ def ctrl_c_cli_replay_on_vllms_defaults(
     assert 0 < len(point["records"]) < 200
     launched = point["engine"]["command"]
     assert "--max-num-batched-tokens" not in launched and "--max-num-seqs" not in launched
+    assert launched[launched.index("--config") + 1] == str(prod.resolve())
+    # The file's settings: the server runs with them (and budgettune took them as given).
+    assert model_config["max_model_len"] == 3072, model_config.get("max_model_len")
+    assert "float32" in str(model_config["dtype"]), model_config.get("dtype")
     spec = vllm_spec(
         vllm_python, model_dir, cache_dir, budget=None, max_num_seqs=None,
         log_path=log, mark=mark,

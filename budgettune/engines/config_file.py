@@ -1,0 +1,123 @@
+"""The user's own engine config file (``vllm serve --config prod.yaml``) as vLLM reads it: a YAML
+mapping whose keys are flag names, with dashes or underscores (``max_num_seqs`` is
+``--max-num-seqs``), flags on the command line winning over the file, and a ``false`` boolean
+dropped (vLLM's ``FlexibleArgumentParser.load_config_file`` turns ``key: true`` into ``--key``
+and leaves ``key: false`` out, so ``enable-prefix-caching: false`` does nothing).
+
+:func:`read_engine_config` checks a file once, before anything is launched; every launch then
+passes it whole with ``--config``, and the written config is the same file with the answer set.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from budgettune.core.errors import UserError, shorten
+
+MAX_CONFIG_BYTES = 1 << 20  # a flag file is a few hundred bytes; a megabyte is not a config
+
+
+@dataclass(slots=True, frozen=True)
+class EngineConfigFile:
+    """A checked config file: its path and text (what every launch reads), and its settings by
+    flag name with dashes (``max-num-seqs``), values as YAML gave them."""
+
+    path: Path
+    text: str
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    spelled: Mapping[str, str] = field(default_factory=dict)  # flag name -> the file's own key
+
+    def has(self, flag: str) -> bool:
+        return flag in self.settings
+
+    def value(self, flag: str) -> Any:
+        return self.settings.get(flag)
+
+
+def flag_name(key: str) -> str:
+    """A config key as the flag it sets, as vLLM spells it: dashes, no leading ones."""
+    return key.strip().lstrip("-").replace("_", "-")
+
+
+def read_engine_config(path: Path) -> EngineConfigFile:
+    """Read and check ``path``: a YAML mapping of flag names to scalars or lists. Raises
+    UserError (field ``engine_config``) naming the file for anything else."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    where = f"--engine-config {path}"
+    try:
+        raw = path.read_bytes()[: MAX_CONFIG_BYTES + 1]
+    except OSError as error:
+        raise UserError(
+            f"cannot read {path}: {error.strerror or error}", field="engine_config"
+        ) from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise UserError(f"{where}: more than 1 MB, not a config file", field="engine_config")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"{where}: not UTF-8 text", field="engine_config") from None
+    try:
+        data = YAML(typ="safe", pure=True).load(io.StringIO(text))
+    except YAMLError as error:
+        reason = shorten(str(error).splitlines()[0] if str(error) else type(error).__name__)
+        raise UserError(f"{where}: not YAML ({reason})", field="engine_config") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise UserError(
+            f"{where}: expected a mapping of flag names to values, got {type(data).__name__}",
+            field="engine_config",
+        )
+    settings: dict[str, Any] = {}
+    spelled: dict[str, str] = {}
+    for key, value in data.items():
+        if not isinstance(key, str) or not flag_name(key):
+            raise UserError(f"{where}: key {shorten(repr(key))} is not a flag name",
+                            field="engine_config")  # fmt: skip
+        name = flag_name(key)
+        if name in settings:
+            raise UserError(
+                f"{where}: {spelled[name]!r} and {key!r} set the same flag --{name}",
+                field="engine_config",
+            )
+        if isinstance(value, dict):
+            raise UserError(f"{where}: {key!r} holds a mapping; flags take values or lists",
+                            field="engine_config")  # fmt: skip
+        settings[name] = value
+        spelled[name] = key
+    return EngineConfigFile(path=path.resolve(), text=text, settings=settings, spelled=spelled)
+
+
+def check_config_keys(
+    config: EngineConfigFile,
+    managed: Mapping[str, str],
+    given: Mapping[str, str],
+) -> None:
+    """Refuse a key budgettune sets itself (``managed``: flag -> the option to use instead) and a
+    key also given another way (``given``: flag -> how, e.g. ``--max-num-seqs 16``); UserError
+    (field ``engine_config``) naming the key, in the file's own spelling."""
+    for name, key in config.spelled.items():
+        flag = f"--{name}"
+        if flag in managed:
+            raise UserError(
+                f"--engine-config {config.path}: {key!r} is set by budgettune for every launch; "
+                f"use {managed[flag]} instead",
+                field="engine_config",
+            )
+        if flag in given:
+            raise UserError(
+                f"--engine-config {config.path}: {key!r} is also given as {given[flag]}; "
+                "give it once",
+                field="engine_config",
+            )
+
+
+def ignored_false_booleans(config: EngineConfigFile) -> list[str]:
+    """Keys set to ``false``, which vLLM's config reader drops (the flag keeps its default)."""
+    return [config.spelled[name] for name, value in config.settings.items() if value is False]

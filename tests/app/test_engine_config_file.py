@@ -1,0 +1,152 @@
+"""--engine-config: the user's `vllm serve --config` file checked once (a key budgettune sets, or
+one also given as a flag, refused by name), its modelled settings taken in as if given, passed
+whole to every vLLM launch, and written back as vllm.yaml with only the answer set."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from budgettune.app.engine_config_file import with_engine_config
+from budgettune.app.launch import launch_spec
+from budgettune.app.requests import LaunchRequest, TrafficRequest
+from budgettune.artifacts.engine_config import FixedSettings, write_engine_config
+from budgettune.core.errors import UserError
+from budgettune.engines.facts import decided_by
+from budgettune.engines.vllm import vllm_command
+
+PROD = "# production settings, reviewed 2026-11\nswap-space: 4\nseed: 7\n"
+
+
+@dataclass(frozen=True)
+class _Req:
+    """The two groups with_engine_config reads (a sweep's or a replay's request has more)."""
+
+    launch: LaunchRequest
+    traffic: TrafficRequest = field(default_factory=TrafficRequest)
+
+
+def _file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "prod.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture()
+def prod(tmp_path: Path) -> Path:
+    return _file(tmp_path, PROD)
+
+
+def _spec(path: Path, engine: str = "vllm", **launch: object):  # type: ignore[no-untyped-def]
+    return launch_spec(
+        LaunchRequest(engine_config=path, **launch),  # type: ignore[arg-type]
+        engine=engine, model="/models/m" if engine != "sim" else None, gpu=None, url=None,
+        max_model_len_tokens=None,
+    )  # fmt: skip
+
+
+def test_every_launch_passes_the_file_and_the_config_is_it_plus_the_budget(
+    prod: Path, tmp_path: Path
+) -> None:
+    spec = _spec(prod)
+    command = vllm_command(spec, 8000)
+    assert command[command.index("--config") + 1] == str(prod.resolve())
+    out = tmp_path / "run"
+    out.mkdir()
+    written = write_engine_config(
+        out, engine="vllm", budget_tokens=2048, fixed=FixedSettings(base_config_text=PROD)
+    )
+    assert written.read_text() == PROD + "max-num-batched-tokens: 2048\n"  # byte for byte
+
+
+def test_a_key_the_file_holds_changes_in_place_in_its_own_spelling(tmp_path: Path) -> None:
+    base = "# ours\nmax_num_seqs: 8   # tuned last quarter\ndtype: float16\n"
+    out = tmp_path / "run"
+    out.mkdir()
+    same = write_engine_config(out, engine="vllm", budget_tokens=512,
+                               fixed=FixedSettings(max_num_seqs=8, dtype="float16",
+                                                   base_config_text=base))  # fmt: skip
+    assert same.read_text() == base + "max-num-batched-tokens: 512\n"
+    fixed = FixedSettings(max_num_seqs=16, base_config_text=base)
+    changed = write_engine_config(out, engine="vllm", budget_tokens=512, fixed=fixed)
+    assert changed.read_text() == (
+        "# ours\nmax_num_seqs: 16  # tuned last quarter\ndtype: float16\n"  # comment column kept
+        "max-num-batched-tokens: 512\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "launch", "said"),
+    [
+        ("max-num-batched-tokens: 8192\n", {}, "'max-num-batched-tokens' is set by budgettune"),
+        ("max_num_batched_tokens: 8192\n", {}, "use --budgets (the budget under test)"),
+        ("no-enable-chunked-prefill: true\n", {}, "use --budgets none"),
+        ("port: 9000\n", {}, "'port' is set by budgettune"),
+        (
+            "max_num_seqs: 8\n",
+            {"max_num_seqs": "16"},
+            "'max_num_seqs' is also given as --max-num-seqs 16",
+        ),
+        ("dtype: float16\n", {"dtype": "float32"}, "also given as --dtype float32"),
+        ("swap-space: 4\n", {"engine_arg": ("--swap-space 8",)}, "also given as --engine-arg"),
+        (
+            "no-enable-prefix-caching: true\n",
+            {"prefix_caching": "on"},
+            "also given as --prefix-caching on",
+        ),
+        ("- a\n- b\n", {}, "expected a mapping of flag names to values, got list"),
+        ("seed: [\n", {}, "not YAML"),
+        ("seed: 1\nseed_x: 2\nseed: 3\n", {}, "not YAML"),  # a duplicate key
+        ("max-num-seqs: 8\nmax_num_seqs: 9\n", {}, "set the same flag --max-num-seqs"),
+        ("max-num-seqs: many\n", {}, "'max-num-seqs' must be a whole number"),
+    ],
+)
+def test_refused_in_one_line_naming_the_key(
+    tmp_path: Path, text: str, launch: dict[str, object], said: str
+) -> None:
+    path = _file(tmp_path, text)
+    with pytest.raises(UserError) as caught:
+        with_engine_config(_Req(LaunchRequest(engine_config=path, **launch)))  # type: ignore[arg-type]
+    assert said in str(caught.value)
+    assert caught.value.field == "engine_config"
+    assert "\n" not in str(caught.value)
+
+
+def test_tuned_max_num_seqs_is_the_sweeps(tmp_path: Path) -> None:
+    path = _file(tmp_path, "max-num-seqs: 8\n")
+    with pytest.raises(UserError, match="tuned with the budget"):
+        with_engine_config(_Req(LaunchRequest(engine_config=path)), tunes_seqs=True)
+
+
+def test_modelled_settings_count_as_given(tmp_path: Path) -> None:
+    text = (
+        "model: /models/prod\nmax_num_seqs: 24\nmax-model-len: 8192\ndtype: float32\n"
+        "tensor-parallel-size: 2\ngpu-memory-utilization: 0.85\n"
+    )
+    path = _file(tmp_path, text)
+    done = with_engine_config(_Req(LaunchRequest(engine_config=path)))
+    launch = done.launch
+    assert (launch.model, launch.max_num_seqs, launch.dtype) == ("/models/prod", "24", "float32")
+    assert (launch.tensor_parallel_size, launch.gpu_memory_utilization) == (2, 0.85)
+    assert done.traffic.max_model_len == "8192"
+
+
+def test_the_files_prefix_caching_decides_under_engine(tmp_path: Path) -> None:
+    spec = _spec(_file(tmp_path, "no-enable-prefix-caching: true\n"))
+    assert spec.prefix_caching is False
+    assert dict(decided_by(spec))["prefix_caching"] == (
+        "the user's engine config: no-enable-prefix-caching: true"
+    )
+    warnings: list[str] = []
+    with_engine_config(
+        _Req(LaunchRequest(engine_config=_file(tmp_path, "enable-prefix-caching: false\n"))),
+        warn=warnings.append,
+    )
+    assert len(warnings) == 1 and "vLLM drops 'enable-prefix-caching: false'" in warnings[0]
+
+
+def test_other_engines_refuse_it(prod: Path) -> None:
+    with pytest.raises(UserError, match="reads vLLM's config file"):
+        _spec(prod, engine="sglang")
