@@ -274,6 +274,15 @@ def _print_summary(result: ReplayResult, traffic: str) -> None:
         if server.loop_lateness is not None:
             parts.append(f"engine loop lateness p99 {format_ms(server.loop_lateness.p99_ms)}")
         console.print("server /metrics (bucket estimates): " + "; ".join(parts), highlight=False)
+    from budgettune.core.cache_count import PrefixCacheCount
+
+    cache = PrefixCacheCount.from_counters(server.counters)
+    if cache is not None and cache.hit_share is not None:
+        console.print(
+            f"prefix cache (the server's counters): {cache.hit_share:.1%} of prompt tokens hit "
+            f"({cache.hits_tokens:,} of {cache.queries_tokens:,})",
+            highlight=False,
+        )
     if result.results_file is not None:
         console.print(f"results: {result.results_file}", highlight=False)
     if result.report_file is not None:
