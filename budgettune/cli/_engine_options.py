@@ -144,7 +144,8 @@ EngineConfig = Annotated[
     Path | None,
     typer.Option(
         "--engine-config",
-        help="Your own `vllm serve --config` YAML file, passed whole to every launch (vLLM); "
+        help="Your own `vllm serve --config` YAML file, passed whole to every launch (vLLM, "
+        "and the built-in engine, which reads the keys it models); "
         "the settings budgettune models in it (model, max-num-seqs, max-model-len, "
         "tensor-parallel-size, gpu-memory-utilization, dtype, prefix caching) count as given, "
         "and the written vllm.yaml is this file with the budget set. A key budgettune sets "

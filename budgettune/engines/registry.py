@@ -47,8 +47,9 @@ def prefix_caching_default(name: str) -> PrefixCachingDefault | None:
 
 
 def reads_config_file(name: str) -> bool:
-    """Whether engine ``name`` takes the user's ``--engine-config`` (vLLM's ``--config`` YAML)."""
-    return name == "vllm"
+    """Whether engine ``name`` takes the user's ``--engine-config`` (vLLM's ``--config`` YAML):
+    vLLM, and the built-in engine, which reads the keys it models from the same file."""
+    return name in ("vllm", "sim")
 
 
 def engine_names() -> list[str]:

@@ -150,3 +150,27 @@ def test_the_files_prefix_caching_decides_under_engine(tmp_path: Path) -> None:
 def test_other_engines_refuse_it(prod: Path) -> None:
     with pytest.raises(UserError, match="reads vLLM's config file"):
         _spec(prod, engine="sglang")
+
+
+def test_the_built_in_engine_reads_the_keys_it_models(tmp_path: Path) -> None:
+    from budgettune.engines.embedded.cli import config_from_args
+
+    path = _file(
+        tmp_path,
+        "# prod\nmax_num_seqs: 7\ngpu-memory-utilization: 0.5\nno-enable-prefix-caching: true\n"
+        "enable-chunked-prefill: false\nswap-space: 4\n",
+    )
+    heard: list[str] = []
+    config = config_from_args(["--config", str(path)], heard.append)
+    assert (config.max_num_seqs, config.gpu_memory_utilization) == (7, 0.5)
+    assert config.prefix_caching is False and config.budget_tokens is not None  # false: dropped
+    assert heard == [f"{path}: the built-in engine does not model swap-space; ignored"]
+    flagged = config_from_args(["--config", str(path), "--max-num-seqs", "9"])
+    assert flagged.max_num_seqs == 9  # the command line wins, as in vLLM
+
+
+def test_a_sim_launch_passes_the_file(prod: Path) -> None:
+    from budgettune.engines.embedded.engine import SimEngine
+
+    command = SimEngine().command(_spec(prod, engine="sim"), 8000)
+    assert command[command.index("--config") + 1] == str(prod.resolve())

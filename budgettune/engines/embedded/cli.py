@@ -8,7 +8,7 @@ import argparse
 import asyncio
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import fields
 from pathlib import Path
 
@@ -99,6 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
         "first byte",
     )
     p.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="a `vllm serve --config` YAML file: the keys this engine models set its flags (flags "
+        "given on the command line win, as in vLLM); the others are named and ignored",
+    )
+    p.add_argument(
         "--emission-log",
         type=Path,
         default=None,
@@ -132,8 +139,49 @@ def flag_of(field: str | None) -> str | None:
     return field
 
 
-def config_from_args(argv: Sequence[str] | None = None) -> SimServerConfig:
-    args = build_parser().parse_args(argv)
+def parse_with_config(
+    argv: Sequence[str] | None, on_ignored: Callable[[str], None] | None = None
+) -> argparse.Namespace:
+    """The command line, over the ``--config`` file's settings where it gives one: each key this
+    parser knows becomes that flag's default (``key: true`` sets a switch, ``false`` is dropped,
+    as vLLM's reader does), so the command line wins; ``on_ignored`` hears one line naming the
+    keys it does not model. Raises UserError for a file that is not a flag mapping."""
+    parser = build_parser()
+    first, _ = parser.parse_known_args(argv)
+    if first.config is None:
+        return parser.parse_args(argv)
+    from budgettune.engines.config_file import read_engine_config
+
+    config = read_engine_config(first.config)
+    by_flag = {
+        option: action
+        for action in parser._actions  # argparse keeps no public map of flags to actions
+        for option in action.option_strings
+    }
+    defaults: dict[str, object] = {}
+    ignored = []
+    for name, value in config.settings.items():
+        action = by_flag.get(f"--{name}")
+        if action is None or name == "config":
+            ignored.append(config.spelled[name])
+        elif action.const is not None and action.nargs == 0:  # a switch
+            if value is True:
+                defaults[action.dest] = action.const
+        elif value is not None and value is not False:
+            convert = action.type if callable(action.type) else str
+            defaults[action.dest] = convert(str(value))
+    parser.set_defaults(**defaults)
+    if ignored and on_ignored is not None:
+        on_ignored(
+            f"{first.config}: the built-in engine does not model {', '.join(ignored)}; ignored"
+        )
+    return parser.parse_args(argv)
+
+
+def config_from_args(
+    argv: Sequence[str] | None = None, on_ignored: Callable[[str], None] | None = None
+) -> SimServerConfig:
+    args = parse_with_config(argv, on_ignored)
     budget, max_num_seqs = args.max_num_batched_tokens, args.max_num_seqs
     if budget is None or max_num_seqs is None:
         defaults = default_budget_on("sim", resolve_gpu(args.gpu))
@@ -176,7 +224,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> SimServerConfig:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m budgettune.engines.embedded`` (its own small CLI)."""
     try:
-        config = config_from_args(argv)
+        config = config_from_args(argv, lambda line: print(line, file=sys.stderr, flush=True))
 
         def ready(url: str, banner: str) -> None:
             print(f"{banner}\nlistening on {url}", flush=True)

@@ -37,6 +37,7 @@ MANAGED_FLAGS = {
     "--no-enable-chunked-prefill": "--budget none",
     "--enable-prefix-caching": "--prefix-caching",
     "--no-enable-prefix-caching": "--prefix-caching",
+    "--config": "--engine-config",
 }
 WHEN_SET = {
     "--max-num-seqs": "--max-num-seqs",
@@ -79,6 +80,8 @@ class SimEngine:
         cmd.append(
             "--enable-prefix-caching" if spec.prefix_caching else "--no-enable-prefix-caching"
         )
+        if spec.engine_config is not None:  # the keys it models; the flags above win over them
+            cmd += ["--config", str(spec.engine_config)]
         managed = {**MANAGED_FLAGS, **{f: o for f, o in WHEN_SET.items() if f in cmd}}
         check_passthrough(spec.extra_args, managed, "sim", abbreviations=False)
         return cmd + list(spec.extra_args)
