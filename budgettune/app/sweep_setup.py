@@ -52,6 +52,7 @@ from budgettune.app.sweep import (
     saved_profile,
 )
 from budgettune.app.traffic import Traffic, build_traffic, max_model_len_tokens
+from budgettune.artifacts.runfolder import read_settings
 from budgettune.artifacts.sweep_options import (
     OPTIONS_KEY,
     read_saved_options,
@@ -60,11 +61,12 @@ from budgettune.artifacts.sweep_options import (
 )
 from budgettune.core.auth import hide_env
 from budgettune.core.engine_defaults import DefaultBudget, default_budget_on
-from budgettune.core.errors import SpecError
+from budgettune.core.errors import SpecError, UserError
 from budgettune.core.hardware import GPU, resolve_gpu
 from budgettune.core.slo import check_percentile
 from budgettune.core.units import parse_int_list
 from budgettune.engines.base import LaunchSpec
+from budgettune.engines.config_file import read_engine_config, redacted_text
 from budgettune.engines.embedded.cli import calibration_flags
 from budgettune.loadgen.runner import RunOptions
 from budgettune.model.calibration import DEFAULT_CALIBRATION, CalibrationChoice
@@ -123,7 +125,28 @@ def resumed_request(
     if "calibration" not in saved:  # saved before calibrations were named: the seed's
         saved = {**saved, "calibration": "seed"}
     restored = restore_options(request.resume, saved, request.options(), set(given), flags)
-    return SweepRequest.from_options(restored)
+    resumed = SweepRequest.from_options(restored)
+    check_engine_config_unchanged(request.resume, resumed.launch.engine_config)
+    return resumed
+
+
+ENGINE_CONFIG_TEXT = "engine_config_text"
+
+
+def check_engine_config_unchanged(run_dir: Path, path: Path | None) -> None:
+    """A resumed sweep launches with the same engine config file as its first run: UserError
+    (field ``engine_config``) when the file now reads otherwise than sweep.json recorded."""
+    if path is None:
+        return
+    recorded = read_settings(run_dir).get(ENGINE_CONFIG_TEXT)
+    if not isinstance(recorded, str):
+        return  # saved before the file's text was kept
+    if redacted_text(read_engine_config(path)) != recorded:
+        raise UserError(
+            f"--engine-config {path} changed since this sweep started (its sweep.json keeps the "
+            "text every launch read); restore the file, or start a new sweep",
+            field="engine_config",
+        )
 
 
 def prepare_sweep(
@@ -142,6 +165,7 @@ def prepare_sweep(
     anything is printed), the engine and its slots, the traffic, the engine's launch, the
     budgets, where the step-time model comes from, the run folder, then the model itself."""
     slos = _checked_slos(request)
+    asked = request  # as typed: what --resume restores (the file's settings are read again)
     request = with_engine_config(request, tunes_seqs=tunes_seqs(request.launch), warn=warn)
     client = client_settings(request.client)
     target = engine_target(request)
@@ -162,6 +186,7 @@ def prepare_sweep(
         load.synthetic, budgets.default_budget, spec.extra_args, load.request.rate,
     )  # fmt: skip
     settings.update(client.to_json())
+    settings[OPTIONS_KEY] = saved_options({**asked.options(), "engine": target.engine})
     # The run folder before any line: a folder that cannot be used is one error, nothing else.
     finished = open_run(run_dir, settings, resume=request.resume is not None)
     _say_setup(say, request, target, budgets, run_dir, finished)
@@ -659,6 +684,8 @@ def _settings(
         "ray": request.ray,
     }  # fmt: skip
     settings[OPTIONS_KEY] = saved_options({**request.options(), "engine": engine})
+    if launch.engine_config is not None:  # what every launch read, for --resume to check
+        settings[ENGINE_CONFIG_TEXT] = redacted_text(read_engine_config(launch.engine_config))
     settings["python_version"] = platform.python_version()
     if trace is not None and traffic.report is not None:
         settings["trace_sha256"] = traffic.report.sha256

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from budgettune.core.auth import HIDDEN, secret_name
 from budgettune.core.files import write_atomic
 from budgettune.engines.config_file import flag_name
 from budgettune.engines.sglang import MAX_PREFILL_TOKENS_DEFAULT
@@ -235,8 +236,9 @@ def write_engine_config(
 def vllm_config_over(base: str, settings: Mapping[str, object]) -> str:
     """The user's own ``vllm serve --config`` text with ``settings`` (flag names with dashes)
     set: a key the file already holds, in whatever spelling, keeps its place and changes only
-    when its value differs; a new one is appended. Round-tripped by ruamel.yaml, so comments,
-    order and the untouched lines stay as written."""
+    when its value differs; a new one is appended; a credential's value (``hf-token``,
+    ``api-key``) reads ``***``, as every file budgettune writes. Round-tripped by ruamel.yaml, so
+    comments, order and the untouched lines stay as written."""
     from ruamel.yaml import YAML
     from ruamel.yaml.comments import CommentedMap
 
@@ -247,6 +249,9 @@ def vllm_config_over(base: str, settings: Mapping[str, object]) -> str:
     if data is None:
         data = CommentedMap()
     spelled = {flag_name(str(key)): key for key in data}
+    for name, key in spelled.items():  # a run folder holds no credential: the --env rule
+        if secret_name(name.replace("-", "_")):
+            data[key] = HIDDEN
     for flag, value in settings.items():
         if value is None:
             continue

@@ -121,3 +121,25 @@ def check_config_keys(
 def ignored_false_booleans(config: EngineConfigFile) -> list[str]:
     """Keys set to ``false``, which vLLM's config reader drops (the flag keeps its default)."""
     return [config.spelled[name] for name, value in config.settings.items() if value is False]
+
+
+def redacted_text(config: EngineConfigFile) -> str:
+    """The file's text as a run folder keeps it: the value of every key whose name holds a
+    credential (``api-key``, ``hf-token``: the ``--env`` rule) replaced by ``***``, all else as
+    written. The file itself is what launches read; this is what is recorded of it."""
+    from ruamel.yaml import YAML
+
+    from budgettune.core.auth import HIDDEN, secret_name
+
+    secret = [key for name, key in config.spelled.items() if secret_name(name.replace("-", "_"))]
+    if not secret:
+        return config.text
+    yaml = YAML()
+    yaml.preserve_quotes = True
+    yaml.width = 4096
+    data = yaml.load(config.text)
+    for key in secret:
+        data[key] = HIDDEN
+    out = io.StringIO()
+    yaml.dump(data, out)
+    return out.getvalue()
