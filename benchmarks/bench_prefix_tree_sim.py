@@ -78,13 +78,13 @@ def main() -> None:
     blocks = kv_capacity_blocks(model, resolve_gpu(args.gpu))
     config = SchedulerConfig(budget_tokens=args.budget, kv_capacity_blocks=blocks,
                              prefix_caching=True)  # fmt: skip
-    sim = simulate(schedule, model, config)
+    sim = simulate(schedule, model, config).prefix_cache
+    assert sim is not None and sim.hit_share is not None
     print(f"{args.trace} window {args.window}, first {len(schedule)} requests at {args.rate}/s, "
           f"prompt mean {schedule.prompt_tokens.mean():,.0f} tokens; {args.model} on {args.gpu}, "
           f"budget {args.budget}, KV {blocks:,} blocks")  # fmt: skip
     print(f"expected (unbounded cache) {expected:.1%}")
-    print(f"simulator {sim.prefix_cache_hit_share:.1%} "
-          f"({(sim.prefix_cache_hit_share - expected) * 100:+.1f} points)")  # fmt: skip
+    print(f"simulator {sim.hit_share:.1%} ({(sim.hit_share - expected) * 100:+.1f} points)")
     spec = LaunchSpec(budget_tokens=args.budget, prefix_caching=True, model=args.model,
                       gpu=args.gpu, max_model_len=args.max_model_len)  # fmt: skip
     for number, (outcome, wall_s) in enumerate(asyncio.run(replay_twice(schedule, spec)), 1):

@@ -224,11 +224,7 @@ def simulate_point(
         iterations=result.iterations,
         preemptions=result.preemptions,
         detail=PointDetail.from_records(result.records, warmup_requests) if keep_detail else None,
-        prefix_cache=(
-            PrefixCacheCount(result.prefix_cache_queries_tokens, result.prefix_cache_hits_tokens)
-            if config.prefix_caching
-            else None
-        ),
+        prefix_cache=result.prefix_cache,
     )
 
 

@@ -371,7 +371,7 @@ def write_run_folder(
             gpu_memory_utilization=config.base_spec.gpu_memory_utilization,
             dtype=config.base_spec.dtype,
             prefix_caching=prefix_caching_setting(config.engine, config.base_spec.prefix_caching),
-            base_config_text=_engine_config_text(config.base_spec),
+            base_config_text=config.engine_config_text,
         ),
     )
     files["results"] = save_results(sweep_results(config, document, list(points)), config.run_dir)
@@ -381,15 +381,6 @@ def write_run_folder(
 
     files["report"] = write_sweep_report(finished_document(document, points), config.run_dir)
     return files
-
-
-def _engine_config_text(spec: LaunchSpec) -> str | None:
-    """The user's engine config file as the launches read it (None: none given)."""
-    if spec.engine_config is None:
-        return None
-    from budgettune.engines.config_file import read_engine_config
-
-    return read_engine_config(spec.engine_config).text
 
 
 async def goodput_points(

@@ -531,6 +531,9 @@ def _sweep_config(
         max_replays=request.max_replays,
         resume=request.resume is not None,
         settings=settings,
+        engine_config_text=(
+            str(settings[ENGINE_CONFIG_TEXT]) if ENGINE_CONFIG_TEXT in settings else None
+        ),
         command=command,
         max_num_seqs_values=_tuned_seqs(request, engine),
         max_num_seqs_auto=seqs_auto(request.launch),

@@ -25,7 +25,7 @@ class CachingBlockPool(BlockPool):
     how the scheduler tells the pool which keyed blocks a request holds.
     """
 
-    __slots__ = ("_free_queue", "_idle", "_ref", "_stamp", "hit_tokens", "queried_tokens")
+    __slots__ = ("_free_queue", "_idle", "_ref", "_stamp")
 
     def __init__(self, capacity: int) -> None:
         super().__init__(capacity)
@@ -36,8 +36,6 @@ class CachingBlockPool(BlockPool):
         # (hit) or evicted is stale and skipped; the never-used blocks come first.
         self._free_queue: deque[tuple[Hashable | None, int]] = deque([(None, capacity)])
         self._stamp = 0
-        self.queried_tokens = 0  # vLLM's prefix_cache_queries: prompt tokens looked up
-        self.hit_tokens = 0  # vLLM's prefix_cache_hits: of those, found cached
 
     @property
     def cached_blocks(self) -> int:

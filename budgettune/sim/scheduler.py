@@ -186,6 +186,10 @@ class Scheduler:
             else BlockPool(config.kv_capacity_blocks)
         )
         self._caching = config.prefix_caching
+        # vLLM's prefix_cache_queries / _hits: every request's whole prompt at its first
+        # scheduling, and of it the tokens found cached (both 0 without caching)
+        self.prefix_cache_queries_tokens = 0
+        self.prefix_cache_hits_tokens = 0
         self.preemptions_total = 0
         self.iterations = 0  # committed iterations
         self.ticks = 0  # committed iterations that held decodes ("decode ticks")
@@ -255,19 +259,6 @@ class Scheduler:
     def kv_blocks_by_request(self) -> dict[RequestId, int]:
         """Blocks each live request holds (O(requests); for checks and tests)."""
         return {rid: self._blocks_of(r) for rid, r in self._requests.items() if r.state.live}
-
-    @property
-    def prefix_cache_queries_tokens(self) -> int:
-        """Prompt tokens looked up in the prefix cache (vLLM's prefix_cache_queries: every
-        request's whole prompt at its first scheduling; 0 without caching)."""
-        pool = self.pool
-        return pool.queried_tokens if isinstance(pool, CachingBlockPool) else 0
-
-    @property
-    def prefix_cache_hits_tokens(self) -> int:
-        """Of those, the tokens found cached (vLLM's prefix_cache_hits)."""
-        pool = self.pool
-        return pool.hit_tokens if isinstance(pool, CachingBlockPool) else 0
 
     def next_decode_context_tokens(self) -> int:
         """Sum of decode contexts in the next decode tick (current decoders)."""
@@ -446,10 +437,10 @@ class Scheduler:
         after them) and ``blocks`` new ones for its first chunk."""
         r.state = PREFILLING
         pool = self.pool
-        if isinstance(pool, CachingBlockPool) and r.preemptions == 0:
+        if self._caching and r.preemptions == 0:
             # vLLM counts a request's lookup once: a preempted request's second is left out.
-            pool.queried_tokens += r.prompt
-            pool.hit_tokens += hit_blocks * self.config.block_size
+            self.prefix_cache_queries_tokens += r.prompt
+            self.prefix_cache_hits_tokens += hit_blocks * self.config.block_size
         if hit_blocks:
             assert isinstance(pool, CachingBlockPool)
             hits = r.keys[:hit_blocks]

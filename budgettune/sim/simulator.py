@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from budgettune.core.cache_count import PrefixCacheCount
 from budgettune.core.records import RequestRecord
 from budgettune.model.stepmodel import StepModel
 from budgettune.sim.scheduler import Scheduler, SchedulerConfig
@@ -28,15 +29,7 @@ class SimResult:
     decode_iterations: int
     preemptions: int
     makespan_s: float  # end of the last iteration
-    prefix_cache_queries_tokens: int = 0  # prompt tokens looked up (0 without caching)
-    prefix_cache_hits_tokens: int = 0  # of those, found cached
-
-    @property
-    def prefix_cache_hit_share(self) -> float | None:
-        """Hits over queries, as vLLM's counters give it; None when nothing was looked up."""
-        if not self.prefix_cache_queries_tokens:
-            return None
-        return self.prefix_cache_hits_tokens / self.prefix_cache_queries_tokens
+    prefix_cache: PrefixCacheCount | None = None  # None: the scheduler kept no prefix cache
 
 
 def prefix_block_keys(schedule: Schedule, block_size: int) -> list[Sequence[Hashable]]:
@@ -149,8 +142,11 @@ def simulate(
         decode_iterations=sched.ticks,
         preemptions=sched.preemptions_total,
         makespan_s=t,
-        prefix_cache_queries_tokens=sched.prefix_cache_queries_tokens,
-        prefix_cache_hits_tokens=sched.prefix_cache_hits_tokens,
+        prefix_cache=(
+            PrefixCacheCount(sched.prefix_cache_queries_tokens, sched.prefix_cache_hits_tokens)
+            if config.prefix_caching
+            else None
+        ),
     )
 
 

@@ -65,11 +65,7 @@ def predict(
         ttft_s=quantile(ttft_s(kept), q),
         summary=summarize(kept),
         decode_batch=mean_decode_batch(kept),
-        prefix_cache=(
-            PrefixCacheCount(result.prefix_cache_queries_tokens, result.prefix_cache_hits_tokens)
-            if config.prefix_caching
-            else None
-        ),
+        prefix_cache=result.prefix_cache,
     )
 
 

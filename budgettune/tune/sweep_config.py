@@ -61,6 +61,9 @@ class SweepConfig:
     # The traffic's own sharing: prompt tokens a prefix cache with unbounded space would find
     # cached (None: the traffic records no shared prefixes)
     expected_hit_share: float | None = None
+    # The user's --engine-config text as the launches read it (a credential hidden): the
+    # written vllm.yaml is it with the answer set; None without one
+    engine_config_text: str | None = None
     # The kind of model_source; None: the caller did not say (the report adds no note).
     model_source_kind: ModelSourceKind | None = None
     # Whether the profile behind step_model found a knee; None: no profile (the roofline).

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from budgettune.core.cache_count import PrefixCacheCount
 from budgettune.core.hardware import resolve_gpu, resolve_model
 from budgettune.model.stepmodel import StepModel
 from budgettune.sim.prefix_cache import CachingBlockPool
@@ -141,10 +142,9 @@ def test_simulated_hit_share_is_the_hand_count() -> None:
         budget_tokens=512, kv_capacity_blocks=10_000, block_size=16, prefix_caching=True
     )
     result = simulate(schedule, MODEL, config)
-    assert result.prefix_cache_queries_tokens == n * prompt
-    assert result.prefix_cache_hits_tokens == (n - 3) * 496
+    assert result.prefix_cache == PrefixCacheCount(n * prompt, (n - 3) * 496)
     cold = simulate(schedule, MODEL, SchedulerConfig(budget_tokens=512, kv_capacity_blocks=10_000))
-    assert cold.prefix_cache_hit_share is None
+    assert cold.prefix_cache is None
     warm_ttft = [r.token_times_s[0] - r.target_s for r in result.records[3:]]
     cold_ttft = [r.token_times_s[0] - r.target_s for r in cold.records[3:]]
     assert max(warm_ttft) < min(cold_ttft)  # hits skip prefill

@@ -60,7 +60,7 @@ def test_the_tree_is_kept_and_its_hits_counted(tmp_path: Path) -> None:
     model = StepModel.from_hardware(resolve_model("llama-3.1-8b"), resolve_gpu("h100-sxm"))
     config = SchedulerConfig(budget_tokens=2048, kv_capacity_blocks=10_000, prefix_caching=True)
     result = simulate(schedule, model, config)
-    assert result.prefix_cache_hits_tokens == TREE_HITS
+    assert result.prefix_cache is not None and result.prefix_cache.hits_tokens == TREE_HITS
     # The load generator's content holds the tree: equal nodes, equal tokens; else none equal.
     options = RunOptions(content_salt=3)
     ids = [prompt_ids(schedule, i, options) for i in range(4)]
