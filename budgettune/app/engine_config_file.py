@@ -1,19 +1,22 @@
-"""``--engine-config FILE``: the user's own ``vllm serve --config`` file, checked once and read
-into the request. A key budgettune sets itself is refused (the budget, max-num-seqs when tuned,
-the address), and so is a key also given as a flag; the settings budgettune models (the model,
-max-num-seqs, max-model-len, tensor parallelism, the memory share, the dtype) become the
-request's own, so that predictions, the launch and the written config all see them. Every launch
-then passes the file whole (``--config``), and the written ``vllm.yaml`` is the file with the
-answer set (:mod:`budgettune.artifacts.engine_config`)."""
+"""``--engine-config FILE``: the user's own engine config (``vllm serve --config``, or SGLang's
+``--config``), checked once and read into the request. A key budgettune sets itself is refused
+(the budget, max-num-seqs when tuned, the address), and so is a key also given as a flag; the
+settings budgettune models (the model, max-num-seqs, max-model-len, tensor parallelism, the
+memory share, the dtype) become the request's own, so that predictions, the launch and the
+written config all see them. Every launch then passes the file whole (``--config``), and the
+written config is the file with the answer set (:mod:`budgettune.artifacts.engine_config`). Each
+engine's spelling of those keys is its own module's (``CONFIG_KEYS``)."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from budgettune.app.requests import LaunchRequest, TrafficRequest
-from budgettune.core.errors import UserError, shorten
+from budgettune.core.errors import SpecError, UserError, shorten
+from budgettune.engines.base import ConfigFileKeys
 from budgettune.engines.config_file import (
     EngineConfigFile,
     check_config_keys,
@@ -22,78 +25,154 @@ from budgettune.engines.config_file import (
     read_engine_config,
 )
 
-# Keys budgettune sets on every launch: never the file's (flag -> the option to use instead).
-MANAGED_KEYS = {
-    "--max-num-batched-tokens": "--budgets (the budget under test)",
-    "--enable-chunked-prefill": "--budgets none",
-    "--no-enable-chunked-prefill": "--budgets none",
-    "--host": "nothing (budgettune serves on 127.0.0.1)",
-    "--port": "nothing (budgettune picks a free port)",
-    "--config": "one file",
-}
 SEQS_TUNED = "--max-num-seqs with several values or auto (tuned with the budget); not in the file"
-PREFIX_KEYS = ("--enable-prefix-caching", "--no-enable-prefix-caching")
 
 Request = TypeVar("Request")
 
 
+def config_keys_for(engine: str) -> ConfigFileKeys:
+    """How ``engine`` (resolved: vllm, sglang, sim, ...) reads ``--engine-config``; SpecError
+    (field ``engine_config``) for an engine that takes no config file."""
+    from budgettune.engines.registry import config_file_keys
+
+    keys = config_file_keys(engine)
+    if keys is None:
+        raise SpecError(
+            f"reads vLLM's or SGLang's config file (--config), not {engine}'s; pass its "
+            "settings with --engine-arg",
+            field="engine_config",
+        )
+    return keys
+
+
+def managed_keys(keys: ConfigFileKeys, *, tunes_seqs: bool) -> dict[str, str]:
+    """Keys budgettune sets on every launch, never the file's (flag -> the option to use
+    instead)."""
+    managed = {f"--{k}": why for k, why in keys.managed.items()}
+    managed[f"--{keys.budget}"] = "--budgets (the budget under test)"
+    if tunes_seqs:
+        managed[f"--{keys.max_num_seqs}"] = SEQS_TUNED
+    return managed
+
+
 def with_engine_config(
-    request: Request, *, tunes_seqs: bool = False, warn: Callable[[str], None] | None = None
+    request: Request,
+    *,
+    tunes_seqs: bool = False,
+    warn: Callable[[str], None] | None = None,
 ) -> Request:
     """``request`` (a sweep's or a replay's, with ``launch`` and ``traffic`` groups) with the
     modelled settings of its ``--engine-config`` taken in; unchanged without one. Raises
     UserError naming the key for a managed key or one also given as a flag; ``warn`` is told of
-    keys vLLM will ignore (a ``false`` value)."""
+    keys the engine will ignore (a ``false`` value)."""
+    from budgettune.app.launch import resolve_engine
+
     launch: LaunchRequest = request.launch  # type: ignore[attr-defined]
     traffic: TrafficRequest = request.traffic  # type: ignore[attr-defined]
     if launch.engine_config is None:
         return request
-    config = read_engine_config(launch.engine_config)
-    managed = dict(MANAGED_KEYS)
-    if tunes_seqs:
-        managed["--max-num-seqs"] = SEQS_TUNED
-    check_config_keys(config, managed, _given(launch, traffic))
+    client = getattr(request, "client", None)
+    engine, _ = resolve_engine(launch.engine, getattr(client, "url", None), launch.engine_cmd)
+    keys = config_keys_for(engine)
+    config = read_engine_config(launch.engine_config, suffixes=keys.suffixes)
+    check_config_keys(
+        config, managed_keys(keys, tunes_seqs=tunes_seqs), _given(launch, traffic, keys)
+    )
     for key in ignored_false_booleans(config):
         if warn is not None:
+            off = (
+                f"write no-{flag_name(key)}: true to turn it off"
+                if keys.engine == "vLLM"
+                else ("leave the key out for the default")
+            )
             warn(
-                f"--engine-config {config.path}: vLLM drops '{key}: false' from a config file "
-                f"(the flag keeps its default); write no-{flag_name(key)}: true to turn it off"
+                f"--engine-config {config.path}: {keys.engine} drops '{key}: false' from a "
+                f"config file (the flag keeps its default); {off}"
             )
     lifted_launch: dict[str, Any] = {}
-    for flag, field in (("model", "model"), ("dtype", "dtype")):
-        if config.has(flag):
-            lifted_launch[field] = _text(config, flag)
-    if config.has("max-num-seqs"):
-        lifted_launch["max_num_seqs"] = str(_whole(config, "max-num-seqs"))
-    for flag in ("tensor-parallel-size", "tp"):
+    for flags, field_name in ((keys.model, "model"), (keys.dtype, "dtype")):
+        for flag in flags:
+            if config.has(flag):
+                lifted_launch[field_name] = _text(config, flag)
+    if config.has(keys.max_num_seqs):
+        lifted_launch["max_num_seqs"] = str(_whole(config, keys.max_num_seqs))
+    for flag in keys.tensor_parallel_size:
         if config.has(flag):
             lifted_launch["tensor_parallel_size"] = _whole(config, flag)
-    if config.has("gpu-memory-utilization"):
-        lifted_launch["gpu_memory_utilization"] = _share(config, "gpu-memory-utilization")
+    for flag in keys.gpu_memory_utilization:
+        if config.has(flag):
+            lifted_launch["gpu_memory_utilization"] = _share(config, flag)
     new_launch = dataclasses.replace(launch, **lifted_launch)
     new_traffic = traffic
-    if config.has("max-model-len"):
-        new_traffic = dataclasses.replace(traffic, max_model_len=str(config.value("max-model-len")))
+    for flag in keys.max_model_len:
+        if config.has(flag):
+            new_traffic = dataclasses.replace(traffic, max_model_len=str(config.value(flag)))
     return dataclasses.replace(request, launch=new_launch, traffic=new_traffic)  # type: ignore[type-var]
 
 
-def _given(launch: LaunchRequest, traffic: TrafficRequest) -> dict[str, str]:
+@dataclasses.dataclass(slots=True, frozen=True)
+class ProfileFileSettings:
+    """What ``profile --engine-config`` takes from the file: its path (every launch reads it)
+    and the settings that change an iteration's time, None where the file is silent."""
+
+    path: Path
+    dtype: str | None = None
+    tensor_parallel_size: int | None = None
+    gpu_memory_utilization: float | None = None
+
+
+def profile_engine_config(
+    path: Path, engine: str, *, model: str, dtype: str, tensor_parallel: int
+) -> ProfileFileSettings:
+    """The user's file as a profile's engine reads it. The keys a sweep refuses are refused
+    here too, so one file serves both; a setting also given as a flag is refused (the model only
+    when the file names another). The profile's own probes set max-num-seqs, max-model-len and
+    the prefix cache (off) on the command line, which wins over the file."""
+    keys = config_keys_for(engine)
+    config = read_engine_config(path, suffixes=keys.suffixes)
+    given: dict[str, str] = {}
+    for flags, value, option in (
+        (keys.dtype, None if dtype == "auto" else dtype, "--dtype"),
+        (keys.tensor_parallel_size, None if tensor_parallel == 1 else tensor_parallel,
+         "--tensor-parallel-size"),
+    ):  # fmt: skip
+        if value is not None:
+            given.update({f"--{flag}": f"{option} {value}" for flag in flags})
+    for flag in keys.model:
+        if config.has(flag) and str(config.value(flag)) != model:
+            given[f"--{flag}"] = f"--model {model}"
+    check_config_keys(config, managed_keys(keys, tunes_seqs=False), given)
+    found = ProfileFileSettings(path=config.path)
+    for flag in keys.dtype:
+        if config.has(flag):
+            found = dataclasses.replace(found, dtype=_text(config, flag))
+    for flag in keys.tensor_parallel_size:
+        if config.has(flag):
+            found = dataclasses.replace(found, tensor_parallel_size=_whole(config, flag))
+    for flag in keys.gpu_memory_utilization:
+        if config.has(flag):
+            found = dataclasses.replace(found, gpu_memory_utilization=_share(config, flag))
+    return found
+
+
+def _given(launch: LaunchRequest, traffic: TrafficRequest, keys: ConfigFileKeys) -> dict[str, str]:
     """Flags the user gave budgettune that set the same thing as a file key."""
     given: dict[str, str] = {}
-    for flag, value, option in (
-        ("--model", launch.model, "--model"),
-        ("--max-num-seqs", launch.max_num_seqs, "--max-num-seqs"),
-        ("--dtype", launch.dtype, "--dtype"),
-        ("--tensor-parallel-size", launch.tensor_parallel_size, "--tensor-parallel-size"),
-        ("--tp", launch.tensor_parallel_size, "--tensor-parallel-size"),
-        ("--gpu-memory-utilization", launch.gpu_memory_utilization, "--gpu-memory-utilization"),
-        ("--max-model-len", traffic.max_model_len, "--max-model-len"),
+    for flags, value, option in (
+        (keys.model, launch.model, "--model"),
+        ((keys.max_num_seqs,), launch.max_num_seqs, "--max-num-seqs"),
+        (keys.dtype, launch.dtype, "--dtype"),
+        (keys.tensor_parallel_size, launch.tensor_parallel_size, "--tensor-parallel-size"),
+        (keys.gpu_memory_utilization, launch.gpu_memory_utilization, "--gpu-memory-utilization"),
+        (keys.max_model_len, traffic.max_model_len, "--max-model-len"),
     ):
         if value is not None:
-            given[flag] = f"{option} {value}"
+            for flag in flags:
+                given[f"--{flag}"] = f"{option} {value}"
     if launch.prefix_caching.strip().lower() != "engine":
-        for flag in PREFIX_KEYS:
-            given[flag] = f"--prefix-caching {launch.prefix_caching}"
+        for switch in (keys.prefix_on, keys.prefix_off):
+            if switch is not None:
+                given[f"--{switch}"] = f"--prefix-caching {launch.prefix_caching}"
     for item in launch.engine_arg:
         for word in item.split():
             if word.startswith("--"):
@@ -101,13 +180,13 @@ def _given(launch: LaunchRequest, traffic: TrafficRequest) -> dict[str, str]:
     return given
 
 
-def file_prefix_caching(config: EngineConfigFile) -> tuple[bool | None, str]:
-    """What the file says of the prefix cache, as vLLM reads it: (on, the key in words), or
-    (None, "") when it says nothing vLLM acts on (a ``false`` value is dropped)."""
-    if config.value("no-enable-prefix-caching") is True:
-        return False, f"{config.spelled['no-enable-prefix-caching']}: true"
-    if config.value("enable-prefix-caching") is True:
-        return True, f"{config.spelled['enable-prefix-caching']}: true"
+def file_prefix_caching(config: EngineConfigFile, keys: ConfigFileKeys) -> tuple[bool | None, str]:
+    """What the file says of the prefix cache, as the engine reads it: (on, the key in words),
+    or (None, "") when it says nothing the engine acts on (a ``false`` value is dropped)."""
+    if keys.prefix_off is not None and config.value(keys.prefix_off) is True:
+        return False, f"{config.spelled[keys.prefix_off]}: true"
+    if keys.prefix_on is not None and config.value(keys.prefix_on) is True:
+        return True, f"{config.spelled[keys.prefix_on]}: true"
     return None, ""
 
 

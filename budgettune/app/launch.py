@@ -77,19 +77,13 @@ def launch_spec(
     caching = prefix_caching_choice(launch.prefix_caching, engine)
     config_path = None
     if launch.engine_config is not None:
-        from budgettune.app.engine_config_file import file_prefix_caching
+        from budgettune.app.engine_config_file import config_keys_for, file_prefix_caching
         from budgettune.engines.config_file import read_engine_config
-        from budgettune.engines.registry import reads_config_file
 
-        if not reads_config_file(engine):
-            raise SpecError(
-                f"reads vLLM's config file (vllm serve --config), not {engine}'s; pass its "
-                "settings with --engine-arg",
-                field="engine_config",
-            )
-        config = read_engine_config(launch.engine_config)
+        keys = config_keys_for(engine)
+        config = read_engine_config(launch.engine_config, suffixes=keys.suffixes)
         config_path = config.path
-        on, said = file_prefix_caching(config)
+        on, said = file_prefix_caching(config, keys)
         if on is not None and launch.prefix_caching.strip().lower() == "engine":
             caching = PrefixCachingChoice(on, f"the user's engine config: {said}")
     share = launch.gpu_memory_utilization

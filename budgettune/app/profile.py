@@ -5,6 +5,7 @@ budgets that reach common TBT targets.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -103,6 +104,7 @@ class ProfileConfig:
     # budget holds every probe) instead of one of the profile's own, and kept running after the
     # probes (ProfileOutcome.held) for that budget's replay.
     engine_spec: LaunchSpec | None = None
+    engine_config: Path | None = None  # the user's own engine config, passed to the launch
 
 
 @dataclass(slots=True, frozen=True)
@@ -171,7 +173,7 @@ def profile_config_of(request: ProfileRequest) -> ProfileConfig:
             f"say how to measure ({', '.join(ENGINES)}), or give --from FILE.csv",
             field="engine",
         )
-    return ProfileConfig(
+    config = ProfileConfig(
         model=request.model,
         engine=engine,
         gpu_name=request.gpu_name,
@@ -206,6 +208,26 @@ def profile_config_of(request: ProfileRequest) -> ProfileConfig:
         ),
         api_key=(request.api_key or "").strip() or None,
         time_budget_s=parse_time_budget(request.time_budget),
+    )
+    if request.engine_config is None:
+        return config
+    from budgettune.app.engine_config_file import profile_engine_config
+
+    if engine not in ("vllm", "sglang", "sim"):
+        raise SpecError(
+            f"is read by the engines a profile launches (vllm, sglang, sim), not by {engine}",
+            field="engine_config",
+        )
+    found = profile_engine_config(
+        request.engine_config, engine, model=request.model, dtype=request.dtype,
+        tensor_parallel=request.tensor_parallel,
+    )  # fmt: skip
+    return dataclasses.replace(
+        config,
+        engine_config=found.path,
+        dtype=found.dtype or config.dtype,
+        tensor_parallel=found.tensor_parallel_size or config.tensor_parallel,
+        gpu_memory_utilization=found.gpu_memory_utilization,
     )
 
 
@@ -485,7 +507,12 @@ def engine_launch_spec(config: ProfileConfig, shape: ModelShape) -> LaunchSpec:
         max_num_seqs=config.max_batch + 1,  # the decoders and one injected prompt
         model=config.model,
         gpu=_sim_gpu(config.gpu_name) if sim else None,
-        max_model_len=None if sim else (min(limit, longest) if limit else longest),
+        # the built-in engine sizes itself unless told; a user's file could tell it less
+        max_model_len=(
+            None
+            if sim and config.engine_config is None
+            else (min(limit, longest) if limit else longest)
+        ),
         extra_args=tuple(extra),
         env=dict(config.engine_env),
         engine_cmd=config.engine_cmd,
@@ -496,6 +523,7 @@ def engine_launch_spec(config: ProfileConfig, shape: ModelShape) -> LaunchSpec:
         prefix_caching=False,
         gpu_memory_utilization=None if sim else config.gpu_memory_utilization,
         api_key=config.api_key,
+        engine_config=config.engine_config,
     )
 
 

@@ -229,6 +229,7 @@ class ProfileRequest:
     calibration: CalibrationChoice = CalibrationChoice()
     from_csv: Path | None = None  # iteration times measured elsewhere (engine "import")
     time_budget: str = "auto"  # seconds of probing: "auto", "none" or a duration such as 60s
+    engine_config: Path | None = None  # the user's own engine config file, read by every launch
 
 
 @dataclass(slots=True, frozen=True)

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from budgettune.core.auth import HIDDEN, secret_name
 from budgettune.core.files import write_atomic
+from budgettune.engines import sglang, vllm
+from budgettune.engines.base import ConfigFileKeys
 from budgettune.engines.config_file import flag_name
 from budgettune.engines.sglang import MAX_PREFILL_TOKENS_DEFAULT
 from budgettune.engines.trtllm import options_yaml
@@ -199,6 +201,7 @@ def config_file_name(engine: str) -> str:
 
 VLLM_FILE = "vllm.yaml"
 SGLANG_FILE = "sglang.args"
+SGLANG_CONFIG_FILE = "sglang.yaml"  # the user's SGLang --config file with the answer set
 TRTLLM_FILE = "trtllm.yaml"
 
 
@@ -211,14 +214,20 @@ def write_engine_config(
     fixed: FixedSettings | None = None,
 ) -> Path:
     """Write the config file for ``engine`` (see :func:`config_file_name`) into ``run_dir``;
-    returns its path."""
+    returns its path. Over the user's own file (``fixed.base_config_text``), SGLang's answer is
+    that file with the answer set, ``sglang.yaml``, and ``sglang.args`` reads it."""
     fixed = fixed or FixedSettings()
     path = run_dir / config_file_name(engine)
     if path.name == SGLANG_FILE:
         settings = sglang_settings(
             budget_tokens=budget_tokens, model=model, extra=_sglang_fixed(fixed)
         )
-        write_atomic(path, sglang_args(settings))
+        if fixed.base_config_text is None:
+            write_atomic(path, sglang_args(settings))
+        else:
+            text = config_over(fixed.base_config_text, settings, sglang.CONFIG_KEYS)
+            write_atomic(run_dir / SGLANG_CONFIG_FILE, text)
+            write_atomic(path, sglang_args({"config": SGLANG_CONFIG_FILE}))
     elif path.name == TRTLLM_FILE:
         settings = trtllm_settings(budget_tokens=budget_tokens, extra=_trtllm_fixed(fixed))
         write_atomic(path, trtllm_config(settings, model))
@@ -227,18 +236,19 @@ def write_engine_config(
         text = (
             vllm_config(settings)
             if fixed.base_config_text is None
-            else vllm_config_over(fixed.base_config_text, settings)
+            else config_over(fixed.base_config_text, settings, vllm.CONFIG_KEYS)
         )
         write_atomic(path, text)
     return path
 
 
-def vllm_config_over(base: str, settings: Mapping[str, object]) -> str:
-    """The user's own ``vllm serve --config`` text with ``settings`` (flag names with dashes)
-    set: a key the file already holds, in whatever spelling, keeps its place and changes only
-    when its value differs; a new one is appended; a credential's value (``hf-token``,
-    ``api-key``) reads ``***``, as every file budgettune writes. Round-tripped by ruamel.yaml, so
-    comments, order and the untouched lines stay as written."""
+def config_over(base: str, settings: Mapping[str, object], keys: ConfigFileKeys) -> str:
+    """The user's own ``--config`` text with ``settings`` (flag names with dashes) set: a key the
+    file already holds, in whatever spelling or alias the engine takes (``keys``: ``tp`` for
+    ``tensor-parallel-size``), keeps its place and changes only when its value differs; a new
+    one is appended; a credential's value (``hf-token``, ``api-key``) reads ``***``, as every
+    file budgettune writes. Round-tripped by ruamel.yaml, so comments, order and the untouched
+    lines stay as written."""
     from ruamel.yaml import YAML
     from ruamel.yaml.comments import CommentedMap
 
@@ -252,17 +262,26 @@ def vllm_config_over(base: str, settings: Mapping[str, object]) -> str:
     for name, key in spelled.items():  # a run folder holds no credential: the --env rule
         if secret_name(name.replace("-", "_")):
             data[key] = HIDDEN
+    same_setting = _aliases(keys)
     for flag, value in settings.items():
         if value is None:
             continue
-        key = spelled.get(flag)
-        if key is None:
+        held = [spelled[name] for name in same_setting.get(flag, (flag,)) if name in spelled]
+        if not held:
             data[flag] = value
-        elif not _same(data[key], value):
-            data[key] = value
+        elif not _same(data[held[0]], value):
+            data[held[0]] = value
     out = io.StringIO()
     yaml.dump(data, out)
     return out.getvalue()
+
+
+def _aliases(keys: ConfigFileKeys) -> dict[str, tuple[str, ...]]:
+    """Each spelling of a setting the engine takes -> all of them (``tp`` and
+    ``tensor-parallel-size`` set one thing)."""
+    groups = (keys.model, keys.max_model_len, keys.tensor_parallel_size,
+              keys.gpu_memory_utilization, keys.dtype)  # fmt: skip
+    return {flag: group for group in groups for flag in group}
 
 
 def _same(held: object, value: object) -> bool:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from budgettune import __version__
 from budgettune.artifacts.engine_config import (
+    SGLANG_CONFIG_FILE,
     SGLANG_FILE,
     TRTLLM_FILE,
     FixedSettings,
@@ -188,6 +189,8 @@ def write_outputs(
             fixed=fixed,
         )
         files[{SGLANG_FILE: "sglang", TRTLLM_FILE: "trtllm"}.get(path.name, "vllm")] = path
+        if path.name == SGLANG_FILE and (run_dir / SGLANG_CONFIG_FILE).is_file():
+            files["sglang_config"] = run_dir / SGLANG_CONFIG_FILE  # what sglang.args reads
     return files
 
 

@@ -144,12 +144,12 @@ EngineConfig = Annotated[
     Path | None,
     typer.Option(
         "--engine-config",
-        help="Your own `vllm serve --config` YAML file, passed whole to every launch (vLLM, "
-        "and the built-in engine, which reads the keys it models); "
-        "the settings budgettune models in it (model, max-num-seqs, max-model-len, "
-        "tensor-parallel-size, gpu-memory-utilization, dtype, prefix caching) count as given, "
-        "and the written vllm.yaml is this file with the budget set. A key budgettune sets "
-        "(max-num-batched-tokens) or also given as a flag is refused.",
+        help="Your own engine config YAML (`vllm serve --config`, SGLang's --config), passed "
+        "whole to every launch (vLLM, SGLang, and the built-in engine, which reads the keys it "
+        "models); the settings budgettune models in it (model, max-num-seqs, max-model-len, "
+        "tensor parallelism, the memory share, dtype, prefix caching) count as given, and the "
+        "written vllm.yaml (SGLang: sglang.yaml) is this file with the budget set. A key "
+        "budgettune sets (the budget) or also given as a flag is refused.",
         rich_help_panel=PANEL,
     ),
 ]

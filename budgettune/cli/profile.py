@@ -224,6 +224,18 @@ def profile(
     env: eo.Env = [],  # noqa: B006
     health_timeout: eo.HealthTimeout = None,
     api_key: ApiKey = None,
+    engine_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--engine-config",
+            help="Your own engine config file (`vllm serve --config`, SGLang's --config), passed "
+            "to the launch as a sweep passes it (vllm, sglang, sim): its dtype, "
+            "tensor-parallel-size and memory share count as given. The probes set the budget "
+            "range, max-num-seqs, max-model-len and prefix caching (off) themselves; a key a "
+            "sweep refuses is refused here too.",
+            rich_help_panel=eo.PANEL,
+        ),
+    ] = None,
     compare: Annotated[
         list[Path] | None,
         with_profiles_option(
@@ -260,6 +272,7 @@ def profile(
         engine_arg=tuple(engine_arg), engine_cmd=engine_cmd,
         env=tuple(env), health_timeout=health_timeout, compare=tuple(compare or ()),
         api_key=api_key, calibration=calibration, from_csv=from_csv, time_budget=time_budget,
+        engine_config=engine_config,
     )  # fmt: skip
     config = profile_config_of(request)
     validate(config)  # bad input fails here, before anything starts

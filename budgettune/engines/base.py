@@ -71,6 +71,27 @@ class PrefixCachingDefault:
 
 
 @dataclass(slots=True, frozen=True)
+class ConfigFileKeys:
+    """How an engine's own ``--config`` YAML names the settings budgettune reasons about: each
+    as the flag it sets (dashes, no leading ones), every spelling that engine's parser takes.
+    ``managed``: other keys budgettune sets on every launch (flag -> the option to use instead);
+    ``suffixes``: the file names the engine accepts (empty: any)."""
+
+    engine: str  # in words, for messages: "vLLM", "SGLang"
+    budget: str
+    max_num_seqs: str
+    model: tuple[str, ...]
+    max_model_len: tuple[str, ...]
+    tensor_parallel_size: tuple[str, ...]
+    gpu_memory_utilization: tuple[str, ...]
+    dtype: tuple[str, ...]
+    prefix_on: str | None  # "key: true" turns the prefix cache on (None: no such key)
+    prefix_off: str | None  # "key: true" turns it off
+    managed: Mapping[str, str] = field(default_factory=dict)
+    suffixes: tuple[str, ...] = ()
+
+
+@dataclass(slots=True, frozen=True)
 class StartProgress:
     """One tick of an engine start, for a spinner: phase is 'starting', 'health', 'ready'."""
 

@@ -43,13 +43,20 @@ def flag_name(key: str) -> str:
     return key.strip().lstrip("-").replace("_", "-")
 
 
-def read_engine_config(path: Path) -> EngineConfigFile:
-    """Read and check ``path``: a YAML mapping of flag names to scalars or lists. Raises
-    UserError (field ``engine_config``) naming the file for anything else."""
+def read_engine_config(path: Path, *, suffixes: tuple[str, ...] = ()) -> EngineConfigFile:
+    """Read and check ``path``: a YAML mapping of flag names to scalars or lists, named with
+    one of ``suffixes`` where the engine asks for one (SGLang: .yaml or .yml). Raises UserError
+    (field ``engine_config``) naming the file for anything else."""
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
 
     where = f"--engine-config {path}"
+    if suffixes and path.suffix.lower() not in suffixes:
+        raise UserError(
+            f"{where}: the engine reads a config file only when it is named "
+            f"{' or '.join('*' + s for s in suffixes)}",
+            field="engine_config",
+        )
     try:
         raw = path.read_bytes()[: MAX_CONFIG_BYTES + 1]
     except OSError as error:

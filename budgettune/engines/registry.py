@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from budgettune.core.errors import SpecError
-from budgettune.engines.base import Engine, PrefixCachingDefault
+from budgettune.engines.base import ConfigFileKeys, Engine, PrefixCachingDefault
 from budgettune.engines.embedded.engine import SimEngine
 from budgettune.engines.external import ExternalEngine
 from budgettune.engines.sglang import SglangEngine
@@ -46,10 +46,15 @@ def prefix_caching_default(name: str) -> PrefixCachingDefault | None:
     return None if module is None else module.PREFIX_CACHING
 
 
-def reads_config_file(name: str) -> bool:
-    """Whether engine ``name`` takes the user's ``--engine-config`` (vLLM's ``--config`` YAML):
-    vLLM, and the built-in engine, which reads the keys it models from the same file."""
-    return name in ("vllm", "sim")
+def config_file_keys(name: str) -> ConfigFileKeys | None:
+    """How engine ``name`` reads the user's ``--engine-config`` (its own ``--config`` YAML), or
+    None when it takes none: vLLM, SGLang, and the built-in engine, which reads vLLM's keys (the
+    ones it models) from the same file."""
+    from budgettune.engines import sglang, vllm
+
+    return {"vllm": vllm.CONFIG_KEYS, "sim": vllm.CONFIG_KEYS, "sglang": sglang.CONFIG_KEYS}.get(
+        name
+    )
 
 
 def engine_names() -> list[str]:

@@ -1,6 +1,6 @@
 """The SGLang engine: ``python -m sglang.launch_server --model-path MODEL ...
---chunked-prefill-size C`` (-1 without chunking) launched for one budget, with the radix
-(prefix) cache off by default and its metrics endpoint on. Proven on SGLang 0.5.23's CPU path by
+--chunked-prefill-size C`` (-1 without chunking) launched for one budget, its radix
+(prefix) cache as asked and its metrics endpoint on. Proven on SGLang 0.5.23's CPU path by
 the `sglang` tests (scripts/install-sglang-cpu.sh); command and lifecycle edge cases against a
 stand-in server.
 """
@@ -16,6 +16,7 @@ import httpx
 
 from budgettune.core.errors import UserError
 from budgettune.engines.base import (
+    ConfigFileKeys,
     EngineHandle,
     LaunchSpec,
     PrefixCachingDefault,
@@ -58,6 +59,30 @@ MANAGED_FLAGS = {
 }
 
 
+# `python -m sglang.launch_server --config FILE` (sglang/srt/utils/server_args_config_parser.py,
+# 0.5.23): a .yaml or .yml file whose keys become flags ahead of the command line's, so the
+# command line wins; "key: true" sets a switch and "false" drops it.
+CONFIG_KEYS = ConfigFileKeys(
+    engine="SGLang",
+    budget="chunked-prefill-size",
+    max_num_seqs="max-running-requests",
+    model=("model-path", "model"),
+    max_model_len=("context-length",),
+    tensor_parallel_size=("tp-size", "tensor-parallel-size", "tp"),
+    gpu_memory_utilization=("mem-fraction-static",),
+    dtype=("dtype",),
+    prefix_on=None,
+    prefix_off="disable-radix-cache",
+    managed={
+        "host": "nothing (budgettune serves on 127.0.0.1)",
+        "port": "nothing (budgettune picks a free port)",
+        "config": "one file",
+        "enable-metrics": "nothing (budgettune turns SGLang's metrics on)",
+    },
+    suffixes=(".yaml", ".yml"),
+)
+
+
 def default_command() -> list[str]:
     """``python -m sglang.launch_server`` with the ``python`` on PATH (SGLang's environment)."""
     python = shutil.which("python") or shutil.which("python3") or "python"
@@ -94,6 +119,8 @@ def sglang_command(spec: LaunchSpec, port: int) -> list[str]:
         cmd.append("--disable-radix-cache")
     # /metrics for the load generator's server-side self-check.
     cmd.append("--enable-metrics")
+    if spec.engine_config is not None:  # the user's own settings: the flags above win over it
+        cmd += ["--config", str(spec.engine_config)]
     return cmd + list(spec.extra_args)
 
 

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 
 from budgettune.core.errors import EngineError, UserError
 from budgettune.engines.base import (
+    ConfigFileKeys,
     EngineHandle,
     LaunchSpec,
     PrefixCachingDefault,
@@ -53,6 +54,29 @@ MANAGED_FLAGS = {
     "--device-memory-utilization": "--gpu-memory-utilization",  # its alias in vLLM 0.32
     "--dtype": "--dtype",
 }
+
+
+# `vllm serve --config FILE`: each key is a flag name, dashes or underscores (vLLM's
+# FlexibleArgumentParser.load_config_file), the command line winning over the file.
+CONFIG_KEYS = ConfigFileKeys(
+    engine="vLLM",
+    budget="max-num-batched-tokens",
+    max_num_seqs="max-num-seqs",
+    model=("model",),
+    max_model_len=("max-model-len",),
+    tensor_parallel_size=("tensor-parallel-size", "tp"),
+    gpu_memory_utilization=("gpu-memory-utilization", "device-memory-utilization"),
+    dtype=("dtype",),
+    prefix_on="enable-prefix-caching",
+    prefix_off="no-enable-prefix-caching",
+    managed={
+        "enable-chunked-prefill": "--budgets none",
+        "no-enable-chunked-prefill": "--budgets none",
+        "host": "nothing (budgettune serves on 127.0.0.1)",
+        "port": "nothing (budgettune picks a free port)",
+        "config": "one file",
+    },
+)
 
 
 def vllm_command(spec: LaunchSpec, port: int) -> list[str]:

@@ -175,6 +175,12 @@ class EngineTimer:
                 "timer": "client monotonic clock (TTFT; token gaps)",
             },
         )
+        if spec.engine_config is not None:  # the user's file the launch read, credentials hidden
+            from budgettune.engines.config_file import read_engine_config, redacted_text
+
+            self.engine.settings["engine_config_text"] = redacted_text(
+                read_engine_config(spec.engine_config)
+            )
 
     async def _kv_capacity(self) -> int | None:
         try:

@@ -147,9 +147,71 @@ def test_the_files_prefix_caching_decides_under_engine(tmp_path: Path) -> None:
     assert len(warnings) == 1 and "vLLM drops 'enable-prefix-caching: false'" in warnings[0]
 
 
-def test_other_engines_refuse_it(prod: Path) -> None:
-    with pytest.raises(UserError, match="reads vLLM's config file"):
-        _spec(prod, engine="sglang")
+def test_engines_without_a_config_file_refuse_it(prod: Path) -> None:
+    with pytest.raises(UserError, match="reads vLLM's or SGLang's config file"):
+        _spec(prod, engine="trtllm")
+
+
+SGLANG_PROD = "# SGLang in production\nmodel-path: /models/qwen  # pinned\nschedule-policy: lpm\n"
+
+
+def test_sglang_reads_its_own_keys_and_passes_the_file(tmp_path: Path) -> None:
+    from budgettune.engines.sglang import sglang_command
+
+    path = _file(tmp_path, SGLANG_PROD + "context_length: 4096\ndisable-radix-cache: true\n")
+    request = with_engine_config(_Req(LaunchRequest(engine="sglang", engine_config=path)))
+    assert request.launch.model == "/models/qwen"  # model-path is SGLang's key for the model
+    assert request.traffic.max_model_len == "4096"
+    spec = _spec(path, engine="sglang")
+    assert (spec.prefix_caching, dict(decided_by(spec))["prefix_caching"]) == (
+        False,
+        "the user's engine config: disable-radix-cache: true",
+    )
+    command = sglang_command(spec, 8000)
+    # SGLang puts the file's flags ahead of the command line's, so budgettune's flags win
+    assert command[command.index("--config") + 1] == str(path.resolve())
+
+
+@pytest.mark.parametrize(
+    ("text", "launch", "message"),
+    [
+        ("chunked-prefill-size: 512\n", {}, "'chunked-prefill-size' is set by budgettune"),
+        ("max-running-requests: 8\n", {"max_num_seqs": "16"}, "also given as --max-num-seqs 16"),
+        ("tp: 2\n", {"tensor_parallel_size": 2}, "'tp' is also given as --tensor-parallel-size 2"),
+        ("disable-radix-cache: true\n", {"prefix_caching": "on"}, "--prefix-caching on"),
+    ],
+)
+def test_sglang_refuses_a_managed_key_or_one_given_twice(
+    tmp_path: Path, text: str, launch: dict[str, object], message: str
+) -> None:
+    path = _file(tmp_path, text)
+    with pytest.raises(UserError, match=message):
+        with_engine_config(_Req(LaunchRequest(engine="sglang", engine_config=path, **launch)))  # type: ignore[arg-type]
+
+
+def test_sglang_wants_a_yaml_name(tmp_path: Path) -> None:
+    path = tmp_path / "prod.conf"
+    path.write_text("schedule-policy: lpm\n")
+    with pytest.raises(UserError, match=r"named \*\.yaml or \*\.yml"):
+        with_engine_config(_Req(LaunchRequest(engine="sglang", engine_config=path)))
+
+
+def test_the_sglang_answer_is_the_users_file_with_the_budget(tmp_path: Path) -> None:
+    from budgettune.artifacts.recommendation import write_outputs  # noqa: F401  (files listed)
+
+    out = tmp_path / "run"
+    out.mkdir()
+    written = write_engine_config(
+        out,
+        engine="sglang",
+        budget_tokens=2048,
+        model="/models/qwen",
+        fixed=FixedSettings(max_num_seqs=32, base_config_text=SGLANG_PROD),
+    )
+    assert written.read_text() == "--config sglang.yaml\n"
+    assert (out / "sglang.yaml").read_text() == (
+        SGLANG_PROD + "chunked-prefill-size: 2048\nmax-running-requests: 32\n"
+    )  # the model is the file's own key, kept in place; nothing else touched
 
 
 def test_the_built_in_engine_reads_the_keys_it_models(tmp_path: Path) -> None:

@@ -79,24 +79,36 @@ def env_args(mark: str) -> list[str]:
 # (launch_server.py: prepare_server_args, then run_server's resolve_once and resolving_view):
 # printed as JSON, the settings the server would run with.
 _RESOLVE_LAUNCH_ARGS = """
-import json, sys
+import json, os, sys
 from sglang.srt.arg_groups.overrides import resolving_view
 from sglang.srt.server_args import prepare_server_args
 server_args = prepare_server_args(sys.argv[1:])
 server_args.resolve_once()
 view = resolving_view(server_args)
-names = ("chunked_prefill_size", "max_running_requests", "dtype", "model_path")
+names = os.environ["RESOLVED_NAMES"].split(",")
 print(json.dumps({name: getattr(view, name) for name in names}))
 """
 
 
-def resolve_launch_args(python: Path, argv: list[str], mark: str) -> dict[str, Any]:
-    """How the installed SGLang reads a launch_server command line, without starting a server:
-    a test whose subject is written arguments, not the engine's start, asks SGLang's own code."""
-    env = {**os.environ, **sglang_env(mark), "SGLANG_USE_CPU_ENGINE": "1"}
+RESOLVED_NAMES = ("chunked_prefill_size", "max_running_requests", "dtype", "model_path")
+
+
+def resolve_launch_args(
+    python: Path,
+    argv: list[str],
+    mark: str,
+    names: tuple[str, ...] = RESOLVED_NAMES,
+    cwd: Path | None = None,
+) -> dict[str, Any]:
+    """How the installed SGLang reads a launch_server command line (run in ``cwd``: a relative
+    ``--config`` is read from there), without starting a server: a test whose subject is
+    written arguments, not the engine's start, asks SGLang's own code. ``names``: the server
+    settings returned."""
+    env = {**os.environ, **sglang_env(mark), "SGLANG_USE_CPU_ENGINE": "1",
+           "RESOLVED_NAMES": ",".join(names)}  # fmt: skip
     done = subprocess.run(
         [str(python), "-c", _RESOLVE_LAUNCH_ARGS, *argv],
-        capture_output=True, text=True, timeout=300, env=env,
+        capture_output=True, text=True, timeout=300, env=env, cwd=cwd,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -3,6 +3,7 @@ real and driven over HTTP on 127.0.0.1, recovers the parameters it was configure
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -15,9 +16,11 @@ from budgettune.app.profile import (
     ProfileConfig,
     build_timer,
     engine_launch_spec,
+    profile_config_of,
     run_profile,
 )
-from budgettune.core.errors import EngineError
+from budgettune.app.requests import ProfileRequest
+from budgettune.core.errors import EngineError, UserError
 from budgettune.core.hardware import ModelShape, resolve_gpu, resolve_model
 from budgettune.model.calibration import CalibrationChoice
 from budgettune.model.profile import load_profile
@@ -228,16 +231,27 @@ def test_engine_error_is_an_engine_error() -> None:
 
 
 def test_json_profile_names_the_sim_hardware(budgettune_cmd: list[str], tmp_path: Path) -> None:
-    """A quick real run at a quarter of real time: tiny grid, the document is complete."""
+    """A quick real run at a quarter of real time: tiny grid, the document is complete. With the
+    user's engine config: the launch reads it under the probes' own flags, and the profile
+    records what it read (the credential hidden)."""
+    prod = tmp_path / "prod.yaml"
+    prod.write_text("# prod\ndtype: float16\nswap-space: 4\nhf-token: hf_secret123\n")
     result = subprocess.run(
         [*budgettune_cmd, "profile", "--engine", "sim", "--model", "llama-3.1-8b",
          "--gpu", "a100-80g", "--max-tokens", "512", "--max-batch", "4", "--contexts", "128",
          "--repeats", "2", "--typical-context", "128", "--engine-arg", "--time-scale 0.25",
-         "--json"],
+         "--engine-config", str(prod), "--json"],
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
+    command = doc["engine"]["settings"]["command"]
+    assert command[command.index("--config") + 1] == str(prod)
+    assert command[command.index("--dtype") + 1] == "float16"  # the file's, as given
+    assert doc["engine"]["settings"]["engine_config_text"] == (
+        "# prod\ndtype: float16\nswap-space: 4\nhf-token: '***'\n"
+    )
+    assert "hf_secret123" not in result.stdout
     assert doc["hardware"] == {
         "kind": "sim",
         "name": "simulated a100-80g",
@@ -248,6 +262,51 @@ def test_json_profile_names_the_sim_hardware(budgettune_cmd: list[str], tmp_path
     assert doc["profile"] == "profiles/llama-3.1-8b_a100-80g_sim.json"
     assert doc["engine"]["settings"]["budget_tokens"] == 768  # 512 + 4, rounded up to 256
     assert set(doc["step"]["errors"]) == {"prefill", "decode", "mixed"}
+
+
+@pytest.mark.parametrize(
+    ("text", "options", "message"),
+    [
+        ("max-num-batched-tokens: 512\n", {}, "'max-num-batched-tokens' is set by budgettune"),
+        ("dtype: float16\n", {"dtype": "float32"}, "'dtype' is also given as --dtype float32"),
+        ("model: other-model\n", {}, "'model' is also given as --model llama-3.1-8b"),
+    ],
+)
+def test_profile_engine_config_refuses_what_a_sweep_refuses(
+    tmp_path: Path, text: str, options: dict[str, object], message: str
+) -> None:
+    path = tmp_path / "prod.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError, match=message):
+        profile_config_of(_profile_request(engine_config=path, **options))
+
+
+def test_profile_engine_config_takes_what_changes_an_iteration(tmp_path: Path) -> None:
+    path = tmp_path / "prod.yaml"
+    path.write_text(
+        "model: llama-3.1-8b\ndtype: float16\ntp: 2\ngpu-memory-utilization: 0.8\n"
+        "max-num-seqs: 64\nmax-model-len: 2048\n"
+    )
+    config = profile_config_of(_profile_request(engine_config=path))
+    assert (config.dtype, config.tensor_parallel, config.gpu_memory_utilization) == (
+        "float16", 2, 0.8)  # fmt: skip
+    spec = engine_launch_spec(config, resolve_model("llama-3.1-8b"))
+    # the probes' own limits go on the command line, which wins over the file's 64 and 2048
+    assert (spec.engine_config, spec.max_num_seqs, spec.max_model_len) == (
+        path.resolve(), config.max_batch + 1, config.max_tokens + 1024)  # fmt: skip
+    with pytest.raises(UserError, match="not by torch"):
+        profile_config_of(_profile_request(engine="torch", engine_config=path))
+
+
+def _profile_request(**changes: object) -> ProfileRequest:
+    base = ProfileRequest(
+        model="llama-3.1-8b", engine="vllm", gpu_name="auto", max_tokens="8192", repeats=5,
+        output=None, max_batch=64, contexts="256,1024", dtype="auto", device="auto",
+        threads=None, typical_batch=64, typical_context=1024, probe_timeout="300s", seed=0,
+        tensor_parallel=1, engine_arg=(), engine_cmd=None, env=(), health_timeout=None,
+        compare=(),
+    )  # fmt: skip
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
 
 def test_kv_capacity_from_vllm_metrics() -> None:
