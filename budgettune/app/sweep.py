@@ -372,6 +372,7 @@ def write_run_folder(
             dtype=config.base_spec.dtype,
             prefix_caching=prefix_caching_setting(config.engine, config.base_spec.prefix_caching),
             base_config_text=config.engine_config_text,
+            engine_args=config.base_spec.extra_args,
         ),
     )
     files["results"] = save_results(sweep_results(config, document, list(points)), config.run_dir)

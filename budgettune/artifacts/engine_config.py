@@ -22,7 +22,7 @@ from budgettune.core.auth import HIDDEN, secret_name
 from budgettune.core.files import write_atomic
 from budgettune.engines import sglang, vllm
 from budgettune.engines.base import ConfigFileKeys
-from budgettune.engines.config_file import flag_name
+from budgettune.engines.config_file import flag_name, flag_settings
 from budgettune.engines.sglang import MAX_PREFILL_TOKENS_DEFAULT
 from budgettune.engines.trtllm import options_yaml
 
@@ -43,6 +43,10 @@ class FixedSettings:
     # The user's own engine config file (--engine-config), as text: vllm.yaml is that file with
     # the settings above and the budget set, its comments and everything else kept.
     base_config_text: str | None = None
+    # The pass-through flags (--engine-arg) every launch ran with, carried into vLLM's and
+    # SGLang's config (the built-in engine's are its own flags, not vLLM's; TensorRT-LLM's
+    # options file has other names): the written config starts the engine that was measured.
+    engine_args: tuple[str, ...] = ()
 
 
 def vllm_config(settings: Mapping[str, object]) -> str:
@@ -63,6 +67,8 @@ def vllm_config(settings: Mapping[str, object]) -> str:
 
 
 def _yaml_scalar(value: object) -> str:
+    if isinstance(value, list):  # a flag of several values, as a YAML flow list
+        return "[" + ", ".join(_yaml_scalar(item) for item in value) + "]"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
@@ -77,7 +83,9 @@ def sglang_args(settings: Mapping[str, object]) -> str:
         if value is None or value is False:
             continue
         parts.append(f"--{key}")
-        if value is not True:
+        if isinstance(value, list):
+            parts += [shlex.quote(str(item)) for item in value]
+        elif value is not True:
             parts.append(shlex.quote(str(value)))
     return " ".join(parts) + "\n"
 
@@ -199,6 +207,9 @@ def config_file_name(engine: str) -> str:
     return {"sglang": SGLANG_FILE, "trtllm": TRTLLM_FILE}.get(engine, VLLM_FILE)
 
 
+# Engines whose pass-through flags are the same engine's flags as its written config's keys.
+CARRIES_ENGINE_ARGS = ("vllm", "sglang")
+
 VLLM_FILE = "vllm.yaml"
 SGLANG_FILE = "sglang.args"
 SGLANG_CONFIG_FILE = "sglang.yaml"  # the user's SGLang --config file with the answer set
@@ -218,9 +229,10 @@ def write_engine_config(
     that file with the answer set, ``sglang.yaml``, and ``sglang.args`` reads it."""
     fixed = fixed or FixedSettings()
     path = run_dir / config_file_name(engine)
+    passed = flag_settings(fixed.engine_args) if engine in CARRIES_ENGINE_ARGS else {}
     if path.name == SGLANG_FILE:
         settings = sglang_settings(
-            budget_tokens=budget_tokens, model=model, extra=_sglang_fixed(fixed)
+            budget_tokens=budget_tokens, model=model, extra={**_sglang_fixed(fixed), **passed}
         )
         if fixed.base_config_text is None:
             write_atomic(path, sglang_args(settings))
@@ -232,7 +244,9 @@ def write_engine_config(
         settings = trtllm_settings(budget_tokens=budget_tokens, extra=_trtllm_fixed(fixed))
         write_atomic(path, trtllm_config(settings, model))
     else:
-        settings = vllm_settings(budget_tokens=budget_tokens, model=model, extra=_vllm_fixed(fixed))
+        settings = vllm_settings(
+            budget_tokens=budget_tokens, model=model, extra={**_vllm_fixed(fixed), **passed}
+        )
         text = (
             vllm_config(settings)
             if fixed.base_config_text is None

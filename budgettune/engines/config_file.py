@@ -43,6 +43,40 @@ def flag_name(key: str) -> str:
     return key.strip().lstrip("-").replace("_", "-")
 
 
+def flag_settings(words: tuple[str, ...] | list[str]) -> dict[str, object]:
+    """Pass-through engine flags (``--enforce-eager --swap-space 8``) as config keys: a flag
+    alone is ``true``, one value is that value (a number where it reads as one), several are a
+    list, ``--key=value`` one value; words before the first flag are dropped (none are passed
+    so). What a config file written from them starts is what the command line started."""
+    settings: dict[str, object] = {}
+    key: str | None = None
+    for word in words:
+        if word.startswith("--"):
+            name, eq, value = word[2:].partition("=")
+            key = flag_name(name)
+            settings[key] = _number(value) if eq else True
+            if eq:
+                key = None
+        elif key is not None:
+            held = settings[key]
+            if held is True:
+                settings[key] = _number(word)
+            elif isinstance(held, list):
+                held.append(_number(word))
+            else:
+                settings[key] = [held, _number(word)]
+    return settings
+
+
+def _number(word: str) -> object:
+    for kind in (int, float):
+        try:
+            return kind(word)
+        except ValueError:
+            pass
+    return word
+
+
 def read_engine_config(path: Path, *, suffixes: tuple[str, ...] = ()) -> EngineConfigFile:
     """Read and check ``path``: a YAML mapping of flag names to scalars or lists, named with
     one of ``suffixes`` where the engine asks for one (SGLang: .yaml or .yml). Raises UserError

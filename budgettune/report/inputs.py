@@ -275,6 +275,16 @@ class Provenance:
 
 
 @dataclass(slots=True, frozen=True)
+class EngineConfigInput:
+    """The user's own engine config (``--engine-config``) as the launches read it, and the
+    written answer (``written_name``: vllm.yaml or sglang.yaml) as a unified diff against it."""
+
+    text: str
+    written_name: str | None = None
+    diff: tuple[str, ...] = ()  # unified diff lines; empty: not written (no budget met the SLOs)
+
+
+@dataclass(slots=True, frozen=True)
 class ReportInput:
     """Everything one page shows; any section may be missing and is then left out."""
 
@@ -288,6 +298,7 @@ class ReportInput:
     timeline: TimelineInput | None = None
     provenance: Provenance = field(default_factory=Provenance)
     notes: tuple[str, ...] = ()  # warnings worth a reader's attention (merged chunks, lag...)
+    engine_config: EngineConfigInput | None = None
 
 
 def cdf_from_samples(samples_ms: npt.ArrayLike, *, max_points: int = 400) -> Cdf | None:

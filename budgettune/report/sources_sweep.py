@@ -9,6 +9,7 @@ those are not failures, its throughput is partial and the SLO it did not decide 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import shlex
 from collections import Counter
@@ -37,6 +38,7 @@ from budgettune.core.errors import UserError
 from budgettune.loadgen.runner import LiveRecord
 from budgettune.report.inputs import (
     BudgetPoint,
+    EngineConfigInput,
     PairCellInput,
     PairGridInput,
     Percentiles,
@@ -371,8 +373,33 @@ def _sweep_report(
             files=tuple(files),
         ),
         notes=tuple(notes),
+        engine_config=engine_config_input(settings, run_dir),
     )
     return report, {**document.raw, "settings": dict(settings)}
+
+
+# The written answer over the user's file, by the engine that measured it.
+WRITTEN_OVER_USER_FILE = ("vllm.yaml", "sglang.yaml")
+
+
+def engine_config_input(settings: Mapping[str, Any], run_dir: Path) -> EngineConfigInput | None:
+    """The user's file as sweep.json recorded it (credentials hidden) and a diff of the written
+    answer against it, when the sweep had ``--engine-config`` and wrote one."""
+    text = settings.get("engine_config_text")
+    if not isinstance(text, str):
+        return None
+    for name in WRITTEN_OVER_USER_FILE:
+        written = run_dir / name
+        if written.is_file():
+            try:
+                after = written.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            diff = difflib.unified_diff(
+                text.splitlines(), after.splitlines(), "your engine config", name, lineterm=""
+            )
+            return EngineConfigInput(text=text, written_name=name, diff=tuple(diff))
+    return EngineConfigInput(text=text)
 
 
 def pair_grid_input(grid: PairGrid, slo: Slo) -> PairGridInput:

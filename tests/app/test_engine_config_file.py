@@ -236,3 +236,33 @@ def test_a_sim_launch_passes_the_file(prod: Path) -> None:
 
     command = SimEngine().command(_spec(prod, engine="sim"), 8000)
     assert command[command.index("--config") + 1] == str(prod.resolve())
+
+
+def test_pass_through_flags_are_carried_into_the_written_config(tmp_path: Path) -> None:
+    from budgettune.engines.config_file import flag_settings
+
+    words = ("--enforce-eager", "--swap-space", "8", "--kv-cache-dtype=fp8", "--seed", "-1",
+             "--cuda-graph-sizes", "1", "2", "4")  # fmt: skip
+    assert flag_settings(words) == {
+        "enforce-eager": True, "swap-space": 8, "kv-cache-dtype": "fp8", "seed": -1,
+        "cuda-graph-sizes": [1, 2, 4],
+    }  # fmt: skip
+    out = tmp_path / "run"
+    out.mkdir()
+    base = "# prod\nmax-model-len: 4096  # our longest\n"  # a key also passed would be refused
+    fixed = FixedSettings(engine_args=words, base_config_text=base)
+    written = write_engine_config(out, engine="vllm", budget_tokens=1024, fixed=fixed)
+    assert written.read_text() == base + (
+        "max-num-batched-tokens: 1024\nenforce-eager: true\nswap-space: 8\n"
+        "kv-cache-dtype: fp8\nseed: -1\ncuda-graph-sizes:\n- 1\n- 2\n- 4\n"
+    )
+    fresh = write_engine_config(out, engine="vllm", budget_tokens=1024,
+                                fixed=FixedSettings(engine_args=words))  # fmt: skip
+    assert fresh.read_text().endswith("seed: -1\ncuda-graph-sizes: [1, 2, 4]\n")
+    plain = write_engine_config(out, engine="sglang", budget_tokens=1024, model="m",
+                                fixed=FixedSettings(engine_args=("--device", "cpu")))  # fmt: skip
+    assert plain.read_text() == "--model-path m --chunked-prefill-size 1024 --device cpu\n"
+    # the built-in engine's flags are its own, not vLLM's: nothing carried
+    sim = write_engine_config(out, engine="sim", budget_tokens=512,
+                              fixed=FixedSettings(engine_args=("--time-scale", "0.5")))  # fmt: skip
+    assert "time-scale" not in sim.read_text()

@@ -95,9 +95,9 @@ ENGINE_GROUP = (
     # every engine: tests/app/test_prefix_caching_table.py)
     Row("--prefix-caching", "off", argv=("--no-enable-prefix-caching",),
         yaml="no-enable-prefix-caching: true", saved=("prefix_caching", "off")),
-    Row("--engine-arg", "--block-size 32", argv=("--block-size", "32"),
-        saved=("engine_arg", ["--block-size 32"]),
-        why="pass-through words are the user's own command line, not a setting budgettune read"),
+    # carried into vllm.yaml, so the written config starts the engine that was measured
+    Row("--engine-arg", "--block-size 32", argv=("--block-size", "32"), yaml="block-size: 32",
+        saved=("engine_arg", ["--block-size 32"])),
     Row("--env", "TABLE_ENV=seen", env=("TABLE_ENV", "seen"), saved=("env", ["TABLE_ENV=seen"])),
     Row("--api-key", KEY, env=("VLLM_API_KEY", KEY),
         why="a secret: never written to a file (the engine refused every request without it)"),

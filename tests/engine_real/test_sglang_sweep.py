@@ -145,18 +145,19 @@ def test_sweep_survives_a_sigkill_and_writes_args_sglang_starts_from(
     off = abs(assumed.gap_share - measured.gap_share)
     assert off < abs(other.gap_share - measured.gap_share), (assumed, other, measured)
     assert doc["model_source"].startswith("calibrated profile")
-    # SGLang's file, no vLLM file: the budget, and only what the test set.
+    # SGLang's file, no vLLM file: the budget, and only what the test set (the recipe's
+    # --engine-arg flags too: the file starts the engine that was measured).
     args = shlex.split((run_dir / "sglang.args").read_text())
     assert args == [
         "--model-path", str(sglang_model), "--chunked-prefill-size", str(survivor),
-        "--max-running-requests", "16", "--dtype", "float32",
+        "--max-running-requests", "16", "--dtype", "float32", *ENGINE_FLAGS,
     ], args  # fmt: skip
     assert not (run_dir / "vllm.yaml").exists()
 
     # The written arguments are what the user runs: SGLang's own launch_server parsing and
     # resolution must take the budget and the rest from them (the sweep's starts already showed
     # this SGLang serving with those settings; another start would only repeat that).
-    resolved = resolve_launch_args(sglang_python, [*args, *ENGINE_FLAGS], mark)
+    resolved = resolve_launch_args(sglang_python, args, mark)
     print(f"SGLang reads sglang.args as {resolved}")
     assert resolved == {
         "chunked_prefill_size": survivor, "max_running_requests": 16, "dtype": "float32",

@@ -104,13 +104,14 @@ def test_sweep_on_vllm_writes_a_config_vllm_serves(
             assert low <= at[f"{metric}_at_slo_ms"] <= high, (metric, at)
         assert measured["confidence"] == "clear" and measured["replays"] >= 1, measured
     assert not pids_marked(mark), "a vLLM process outlived the sweep"
-    # The budget, and only what the test set (--max-num-seqs, --dtype); no SGLang file for a
-    # sweep measured on vLLM.
+    # The budget, and only what the test set (--max-num-seqs, --dtype, the recipe's --engine-arg
+    # flags); no SGLang file for a sweep measured on vLLM.
     yaml_lines = [
         ln for ln in (run_dir / "vllm.yaml").read_text().splitlines() if not ln.startswith("#")
     ]
     assert sorted(yaml_lines) == sorted([
         f'model: "{model}"', "max-num-batched-tokens: 2048", "max-num-seqs: 16", 'dtype: "float32"',
+        *(f"{flag[2:]}: true" for flag in ENGINE_FLAGS),
     ]), yaml_lines  # fmt: skip
     assert not (run_dir / "sglang.args").exists()
 
@@ -119,13 +120,14 @@ def test_sweep_on_vllm_writes_a_config_vllm_serves(
     # showed this vLLM serving with those settings; a third start would only repeat that).
     read = resolve_serve_args(
         python,
-        ["--config", str(run_dir / "vllm.yaml"), "--dtype", "float32", *ENGINE_FLAGS],
+        ["--config", str(run_dir / "vllm.yaml")],  # the recipe's flags are in the file now
         cpu_env(tmp_path / "cache", mark),
     )
     print(f"vllm serve --config vllm.yaml reads {read}")
     # 2048 is also the CPU build's default: "given" shows it came from the file
     assert read["given"]["max_num_batched_tokens"] == 2048, read
     assert read["given"]["model"] == str(model), read
+    assert read["given"]["enforce_eager"] is True, read  # the recipe's --engine-arg, from the file
     assert read["resolved"] == {
         "model": str(model), "max_num_batched_tokens": 2048, "max_num_seqs": 16,
         "dtype": "torch.float32",

@@ -116,7 +116,7 @@ from vllm.utils.argparse_utils import FlexibleArgumentParser
 args = make_arg_parser(FlexibleArgumentParser()).parse_args(sys.argv[1:])
 validate_parsed_serve_args(args)
 config = AsyncEngineArgs.from_cli_args(args).create_engine_config()
-names = ("model", "max_num_batched_tokens", "max_num_seqs", "dtype")
+names = ("model", "max_num_batched_tokens", "max_num_seqs", "dtype", "enforce_eager")
 print(json.dumps({
     "given": {name: getattr(args, name) for name in names},
     "resolved": {

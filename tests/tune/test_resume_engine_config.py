@@ -33,6 +33,13 @@ def test_resume_needs_the_same_engine_config(budgettune_cmd: list[str], tmp_path
     assert (run_dir / "vllm.yaml").read_text() == (
         "# prod\nmax_num_seqs: 8\nhf-token: '***'\nmax-num-batched-tokens: 512\n"
     )
+    # the report shows what the written config changes in the user's file, and the file
+    page = (run_dir / "report.html").read_text()
+    diff = page[page.index('id="engine-config-diff"') :]
+    diff = diff[: diff.index("</pre>")]
+    assert '<span class="diff-add">+max-num-batched-tokens: 512</span>' in diff
+    assert "diff-del" not in diff  # nothing of the user's changed
+    assert "max_num_seqs: 8" in page[page.index('id="engine-config-text"') :]
     prod.write_text(PROD.replace("max_num_seqs: 8", "max_num_seqs: 16"))
     changed = _sweep(budgettune_cmd, "--resume", str(run_dir))
     assert changed.returncode == 2
