@@ -10,7 +10,6 @@ engine's spelling of those keys is its own module's (``CONFIG_KEYS``)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,7 +20,6 @@ from budgettune.engines.config_file import (
     EngineConfigFile,
     check_config_keys,
     flag_name,
-    ignored_false_booleans,
     read_engine_config,
 )
 
@@ -55,16 +53,10 @@ def managed_keys(keys: ConfigFileKeys, *, tunes_seqs: bool) -> dict[str, str]:
     return managed
 
 
-def with_engine_config(
-    request: Request,
-    *,
-    tunes_seqs: bool = False,
-    warn: Callable[[str], None] | None = None,
-) -> Request:
+def with_engine_config(request: Request, *, tunes_seqs: bool = False) -> Request:
     """``request`` (a sweep's or a replay's, with ``launch`` and ``traffic`` groups) with the
     modelled settings of its ``--engine-config`` taken in; unchanged without one. Raises
-    UserError naming the key for a managed key or one also given as a flag; ``warn`` is told of
-    keys the engine will ignore (a ``false`` value)."""
+    UserError naming the key for a managed key or one also given as a flag."""
     from budgettune.app.launch import resolve_engine
 
     launch: LaunchRequest = request.launch  # type: ignore[attr-defined]
@@ -78,17 +70,6 @@ def with_engine_config(
     check_config_keys(
         config, managed_keys(keys, tunes_seqs=tunes_seqs), _given(launch, traffic, keys)
     )
-    for key in ignored_false_booleans(config):
-        if warn is not None:
-            off = (
-                f"write no-{flag_name(key)}: true to turn it off"
-                if keys.engine == "vLLM"
-                else ("leave the key out for the default")
-            )
-            warn(
-                f"--engine-config {config.path}: {keys.engine} drops '{key}: false' from a "
-                f"config file (the flag keeps its default); {off}"
-            )
     lifted_launch: dict[str, Any] = {}
     for flags, field_name in ((keys.model, "model"), (keys.dtype, "dtype")):
         for flag in flags:
@@ -182,11 +163,14 @@ def _given(launch: LaunchRequest, traffic: TrafficRequest, keys: ConfigFileKeys)
 
 def file_prefix_caching(config: EngineConfigFile, keys: ConfigFileKeys) -> tuple[bool | None, str]:
     """What the file says of the prefix cache, as the engine reads it: (on, the key in words),
-    or (None, "") when it says nothing the engine acts on (a ``false`` value is dropped)."""
+    or (None, "") when it says nothing the engine acts on. vLLM reads ``enable-prefix-caching:
+    false`` as ``--no-enable-prefix-caching``; SGLang leaves ``disable-radix-cache: false`` out."""
     if keys.prefix_off is not None and config.value(keys.prefix_off) is True:
         return False, f"{config.spelled[keys.prefix_off]}: true"
     if keys.prefix_on is not None and config.value(keys.prefix_on) is True:
         return True, f"{config.spelled[keys.prefix_on]}: true"
+    if keys.false_negates and keys.prefix_on is not None and config.value(keys.prefix_on) is False:
+        return False, f"{config.spelled[keys.prefix_on]}: false"
     return None, ""
 
 

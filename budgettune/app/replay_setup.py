@@ -65,7 +65,7 @@ def prepare_replay(
         raise SpecError(
             f"unknown mode {request.merged_chunks!r}; use spread or first", field="merged_chunks"
         )
-    request = with_engine_config(request, warn=warn)
+    request = with_engine_config(request)
     client = client_settings(request.client)
     if request.port is not None:
         check_port(request.port, field="port")

@@ -166,7 +166,7 @@ def prepare_sweep(
     budgets, where the step-time model comes from, the run folder, then the model itself."""
     slos = _checked_slos(request)
     asked = request  # as typed: what --resume restores (the file's settings are read again)
-    request = with_engine_config(request, tunes_seqs=tunes_seqs(request.launch), warn=warn)
+    request = with_engine_config(request, tunes_seqs=tunes_seqs(request.launch))
     client = client_settings(request.client)
     target = engine_target(request)
     client = client.for_engine(target.engine, target.model)

@@ -89,6 +89,7 @@ class ConfigFileKeys:
     prefix_off: str | None  # "key: true" turns it off
     managed: Mapping[str, str] = field(default_factory=dict)
     suffixes: tuple[str, ...] = ()
+    false_negates: bool = False  # "key: false" sets --no-key where that flag exists (vLLM)
 
 
 @dataclass(slots=True, frozen=True)

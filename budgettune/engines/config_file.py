@@ -1,8 +1,11 @@
-"""The user's own engine config file (``vllm serve --config prod.yaml``) as vLLM reads it: a YAML
-mapping whose keys are flag names, with dashes or underscores (``max_num_seqs`` is
-``--max-num-seqs``), flags on the command line winning over the file, and a ``false`` boolean
-dropped (vLLM's ``FlexibleArgumentParser.load_config_file`` turns ``key: true`` into ``--key``
-and leaves ``key: false`` out, so ``enable-prefix-caching: false`` does nothing).
+"""The user's own engine config file (``vllm serve --config prod.yaml``, SGLang's ``--config``)
+as the engines read it: a YAML mapping whose keys are flag names, with dashes or underscores
+(``max_num_seqs`` is ``--max-num-seqs``), flags on the command line winning over the file. A
+value is a scalar, a list (several values) or a mapping (passed as JSON: vLLM's
+``speculative-config``, ``compilation-config``). ``key: true`` sets a switch; ``key: false``
+sets vLLM's ``--no-key`` where that flag exists (vLLM 0.32's
+``FlexibleArgumentParser.load_config_file``) and is otherwise left out, which leaves a switch
+at its default, off.
 
 :func:`read_engine_config` checks a file once, before anything is launched; every launch then
 passes it whole with ``--config``, and the written config is the same file with the answer set.
@@ -78,8 +81,8 @@ def _number(word: str) -> object:
 
 
 def read_engine_config(path: Path, *, suffixes: tuple[str, ...] = ()) -> EngineConfigFile:
-    """Read and check ``path``: a YAML mapping of flag names to scalars or lists, named with
-    one of ``suffixes`` where the engine asks for one (SGLang: .yaml or .yml). Raises UserError
+    """Read and check ``path``: a YAML mapping of flag names to values, named with one of
+    ``suffixes`` where the engine asks for one (vLLM and SGLang: .yaml or .yml). Raises UserError
     (field ``engine_config``) naming the file for anything else."""
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
@@ -127,9 +130,6 @@ def read_engine_config(path: Path, *, suffixes: tuple[str, ...] = ()) -> EngineC
                 f"{where}: {spelled[name]!r} and {key!r} set the same flag --{name}",
                 field="engine_config",
             )
-        if isinstance(value, dict):
-            raise UserError(f"{where}: {key!r} holds a mapping; flags take values or lists",
-                            field="engine_config")  # fmt: skip
         settings[name] = value
         spelled[name] = key
     return EngineConfigFile(path=path.resolve(), text=text, settings=settings, spelled=spelled)
@@ -157,11 +157,6 @@ def check_config_keys(
                 "give it once",
                 field="engine_config",
             )
-
-
-def ignored_false_booleans(config: EngineConfigFile) -> list[str]:
-    """Keys set to ``false``, which vLLM's config reader drops (the flag keeps its default)."""
-    return [config.spelled[name] for name, value in config.settings.items() if value is False]
 
 
 def redacted_text(config: EngineConfigFile) -> str:

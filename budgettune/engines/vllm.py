@@ -56,8 +56,9 @@ MANAGED_FLAGS = {
 }
 
 
-# `vllm serve --config FILE`: each key is a flag name, dashes or underscores (vLLM's
-# FlexibleArgumentParser.load_config_file), the command line winning over the file.
+# `vllm serve --config FILE`: a .yaml or .yml file whose keys are flag names, dashes or
+# underscores, the command line winning over the file; "key: false" is --no-key where vLLM has
+# that flag (FlexibleArgumentParser.load_config_file, vllm/utils/argparse_utils.py, 0.32).
 CONFIG_KEYS = ConfigFileKeys(
     engine="vLLM",
     budget="max-num-batched-tokens",
@@ -76,6 +77,8 @@ CONFIG_KEYS = ConfigFileKeys(
         "port": "nothing (budgettune picks a free port)",
         "config": "one file",
     },
+    suffixes=(".yaml", ".yml"),
+    false_negates=True,
 )
 
 

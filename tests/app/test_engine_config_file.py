@@ -139,12 +139,35 @@ def test_the_files_prefix_caching_decides_under_engine(tmp_path: Path) -> None:
     assert dict(decided_by(spec))["prefix_caching"] == (
         "the user's engine config: no-enable-prefix-caching: true"
     )
-    warnings: list[str] = []
-    with_engine_config(
-        _Req(LaunchRequest(engine_config=_file(tmp_path, "enable-prefix-caching: false\n"))),
-        warn=warnings.append,
+    # vLLM 0.32 reads "key: false" as --no-key where that flag exists
+    # (FlexibleArgumentParser.load_config_file): this file turns the cache off
+    off = _spec(_file(tmp_path, "enable-prefix-caching: false\n"))
+    assert off.prefix_caching is False
+    assert dict(decided_by(off))["prefix_caching"] == (
+        "the user's engine config: enable-prefix-caching: false"
     )
-    assert len(warnings) == 1 and "vLLM drops 'enable-prefix-caching: false'" in warnings[0]
+    # SGLang leaves a false store_true flag out: the radix cache stays on
+    kept = _spec(_file(tmp_path, "disable-radix-cache: false\n"), engine="sglang")
+    assert kept.prefix_caching is True
+
+
+def test_a_mapping_value_is_the_engines_json(tmp_path: Path) -> None:
+    text = "speculative-config:\n  model: eagle3\n  num_speculative_tokens: 3\n"
+    spec = _spec(_file(tmp_path, text))  # vLLM passes a mapping on as JSON: it is not refused
+    out = tmp_path / "run"
+    out.mkdir()
+    written = write_engine_config(
+        out, engine="vllm", budget_tokens=512, fixed=FixedSettings(base_config_text=text)
+    )
+    assert written.read_text() == text + "max-num-batched-tokens: 512\n"
+    assert spec.engine_config is not None
+
+
+def test_a_config_file_needs_a_yaml_name_as_vllm_reads_it(tmp_path: Path) -> None:
+    path = tmp_path / "prod.conf"
+    path.write_text("seed: 7\n")
+    with pytest.raises(UserError, match=r"named \*\.yaml or \*\.yml"):
+        _spec(path)
 
 
 def test_engines_without_a_config_file_refuse_it(prod: Path) -> None:
@@ -225,7 +248,8 @@ def test_the_built_in_engine_reads_the_keys_it_models(tmp_path: Path) -> None:
     heard: list[str] = []
     config = config_from_args(["--config", str(path)], heard.append)
     assert (config.max_num_seqs, config.gpu_memory_utilization) == (7, 0.5)
-    assert config.prefix_caching is False and config.budget_tokens is not None  # false: dropped
+    # "enable-chunked-prefill: false" is --no-enable-chunked-prefill, as vLLM 0.32 reads it
+    assert config.prefix_caching is False and config.budget_tokens is None
     assert heard == [f"{path}: the built-in engine does not model swap-space; ignored"]
     flagged = config_from_args(["--config", str(path), "--max-num-seqs", "9"])
     assert flagged.max_num_seqs == 9  # the command line wins, as in vLLM

@@ -143,9 +143,10 @@ def parse_with_config(
     argv: Sequence[str] | None, on_ignored: Callable[[str], None] | None = None
 ) -> argparse.Namespace:
     """The command line, over the ``--config`` file's settings where it gives one: each key this
-    parser knows becomes that flag's default (``key: true`` sets a switch, ``false`` is dropped,
-    as vLLM's reader does), so the command line wins; ``on_ignored`` hears one line naming the
-    keys it does not model. Raises UserError for a file that is not a flag mapping."""
+    parser knows becomes that flag's default (``key: true`` sets a switch, ``key: false`` its
+    ``--no-key`` where there is one, as vLLM 0.32's reader does), so the command line wins;
+    ``on_ignored`` hears one line naming the keys it does not model. Raises UserError for a file
+    that is not a flag mapping."""
     parser = build_parser()
     first, _ = parser.parse_known_args(argv)
     if first.config is None:
@@ -165,8 +166,11 @@ def parse_with_config(
         if action is None or name == "config":
             ignored.append(config.spelled[name])
         elif action.const is not None and action.nargs == 0:  # a switch
+            negated = by_flag.get(f"--no-{name}")
             if value is True:
                 defaults[action.dest] = action.const
+            elif value is False and negated is not None and negated.nargs == 0:
+                defaults[negated.dest] = negated.const  # vLLM: "key: false" is --no-key
         elif value is not None and value is not False:
             convert = action.type if callable(action.type) else str
             defaults[action.dest] = convert(str(value))
