@@ -47,7 +47,7 @@ def managed_keys(keys: ConfigFileKeys, *, tunes_seqs: bool) -> dict[str, str]:
     """Keys budgettune sets on every launch, never the file's (flag -> the option to use
     instead)."""
     managed = {f"--{k}": why for k, why in keys.managed.items()}
-    managed[f"--{keys.budget}"] = "--budgets (the budget under test)"
+    managed[f"--{keys.budget}"] = "--budgets (sweep) or --budget (replay)"
     if tunes_seqs:
         managed[f"--{keys.max_num_seqs}"] = SEQS_TUNED
     return managed
@@ -197,7 +197,6 @@ def _share(config: EngineConfigFile, flag: str) -> float:
 
 def _bad(config: EngineConfigFile, flag: str, expected: str, value: object) -> UserError:
     return UserError(
-        f"--engine-config {config.path}: {config.spelled[flag]!r} must be {expected}, got "
-        f"{shorten(repr(value))}",
+        f"{config.path}: {config.spelled[flag]!r} must be {expected}, got {shorten(repr(value))}",
         field="engine_config",
     )

@@ -143,7 +143,7 @@ def check_engine_config_unchanged(run_dir: Path, path: Path | None) -> None:
         return  # saved before the file's text was kept
     if redacted_text(read_engine_config(path)) != recorded:
         raise UserError(
-            f"--engine-config {path} changed since this sweep started (its sweep.json keeps the "
+            f"{path} changed since this sweep started (its sweep.json keeps the "
             "text every launch read); restore the file, or start a new sweep",
             field="engine_config",
         )

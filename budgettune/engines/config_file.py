@@ -87,7 +87,7 @@ def read_engine_config(path: Path, *, suffixes: tuple[str, ...] = ()) -> EngineC
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
 
-    where = f"--engine-config {path}"
+    where = str(path)
     if suffixes and path.suffix.lower() not in suffixes:
         raise UserError(
             f"{where}: the engine reads a config file only when it is named "
@@ -147,14 +147,13 @@ def check_config_keys(
         flag = f"--{name}"
         if flag in managed:
             raise UserError(
-                f"--engine-config {config.path}: {key!r} is set by budgettune for every launch; "
+                f"{config.path}: {key!r} is set by budgettune for every launch; "
                 f"use {managed[flag]} instead",
                 field="engine_config",
             )
         if flag in given:
             raise UserError(
-                f"--engine-config {config.path}: {key!r} is also given as {given[flag]}; "
-                "give it once",
+                f"{config.path}: {key!r} is also given as {given[flag]}; give it once",
                 field="engine_config",
             )
 

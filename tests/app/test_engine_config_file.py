@@ -81,7 +81,11 @@ def test_a_key_the_file_holds_changes_in_place_in_its_own_spelling(tmp_path: Pat
     ("text", "launch", "said"),
     [
         ("max-num-batched-tokens: 8192\n", {}, "'max-num-batched-tokens' is set by budgettune"),
-        ("max_num_batched_tokens: 8192\n", {}, "use --budgets (the budget under test)"),
+        (
+            "max_num_batched_tokens: 8192\n",
+            {},
+            "use --budgets (sweep) or --budget (replay) instead",
+        ),
         ("no-enable-chunked-prefill: true\n", {}, "use --budgets none"),
         ("port: 9000\n", {}, "'port' is set by budgettune"),
         (

@@ -43,7 +43,7 @@ def test_resume_needs_the_same_engine_config(budgettune_cmd: list[str], tmp_path
     prod.write_text(PROD.replace("max_num_seqs: 8", "max_num_seqs: 16"))
     changed = _sweep(budgettune_cmd, "--resume", str(run_dir))
     assert changed.returncode == 2
-    assert f"--engine-config {prod.resolve()} changed since this sweep started" in " ".join(
+    assert f"--engine-config: {prod.resolve()} changed since this sweep started" in " ".join(
         changed.stderr.split()
     )
     assert "Traceback" not in changed.stderr
