@@ -13,8 +13,9 @@ import dataclasses
 from pathlib import Path
 from typing import Any, TypeVar
 
+from budgettune.app.launch import config_keys_for, resolve_engine
 from budgettune.app.requests import LaunchRequest, TrafficRequest
-from budgettune.core.errors import SpecError, UserError, shorten
+from budgettune.core.errors import UserError, shorten
 from budgettune.engines.base import ConfigFileKeys
 from budgettune.engines.config_file import (
     EngineConfigFile,
@@ -26,21 +27,6 @@ from budgettune.engines.config_file import (
 SEQS_TUNED = "--max-num-seqs with several values or auto (tuned with the budget); not in the file"
 
 Request = TypeVar("Request")
-
-
-def config_keys_for(engine: str) -> ConfigFileKeys:
-    """How ``engine`` (resolved: vllm, sglang, sim, ...) reads ``--engine-config``; SpecError
-    (field ``engine_config``) for an engine that takes no config file."""
-    from budgettune.engines.registry import config_file_keys
-
-    keys = config_file_keys(engine)
-    if keys is None:
-        raise SpecError(
-            f"reads vLLM's or SGLang's config file (--config), not {engine}'s; pass its "
-            "settings with --engine-arg",
-            field="engine_config",
-        )
-    return keys
 
 
 def managed_keys(keys: ConfigFileKeys, *, tunes_seqs: bool) -> dict[str, str]:
@@ -57,8 +43,6 @@ def with_engine_config(request: Request, *, tunes_seqs: bool = False) -> Request
     """``request`` (a sweep's or a replay's, with ``launch`` and ``traffic`` groups) with the
     modelled settings of its ``--engine-config`` taken in; unchanged without one. Raises
     UserError naming the key for a managed key or one also given as a flag."""
-    from budgettune.app.launch import resolve_engine
-
     launch: LaunchRequest = request.launch  # type: ignore[attr-defined]
     traffic: TrafficRequest = request.traffic  # type: ignore[attr-defined]
     if launch.engine_config is None:
@@ -159,19 +143,6 @@ def _given(launch: LaunchRequest, traffic: TrafficRequest, keys: ConfigFileKeys)
             if word.startswith("--"):
                 given[f"--{flag_name(word.split('=', 1)[0])}"] = f"--engine-arg {shorten(item)!r}"
     return given
-
-
-def file_prefix_caching(config: EngineConfigFile, keys: ConfigFileKeys) -> tuple[bool | None, str]:
-    """What the file says of the prefix cache, as the engine reads it: (on, the key in words),
-    or (None, "") when it says nothing the engine acts on. vLLM reads ``enable-prefix-caching:
-    false`` as ``--no-enable-prefix-caching``; SGLang leaves ``disable-radix-cache: false`` out."""
-    if keys.prefix_off is not None and config.value(keys.prefix_off) is True:
-        return False, f"{config.spelled[keys.prefix_off]}: true"
-    if keys.prefix_on is not None and config.value(keys.prefix_on) is True:
-        return True, f"{config.spelled[keys.prefix_on]}: true"
-    if keys.false_negates and keys.prefix_on is not None and config.value(keys.prefix_on) is False:
-        return False, f"{config.spelled[keys.prefix_on]}: false"
-    return None, ""
 
 
 def _text(config: EngineConfigFile, flag: str) -> str:

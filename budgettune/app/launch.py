@@ -17,7 +17,8 @@ from budgettune.core.errors import SpecError, shorten
 from budgettune.core.hardware import check_model_len, resolve_model
 from budgettune.core.limits import MAX_GPUS, MAX_SEQS, check_count, check_share
 from budgettune.core.units import parse_duration_s, parse_int_list
-from budgettune.engines.base import LaunchSpec
+from budgettune.engines.base import ConfigFileKeys, LaunchSpec
+from budgettune.engines.config_file import EngineConfigFile
 
 REAL_ENGINE_HEALTH_S = 20 * 60.0  # vLLM and SGLang load weights and compile: allow 20 minutes
 SIM_HEALTH_S = 120.0
@@ -77,7 +78,6 @@ def launch_spec(
     caching = prefix_caching_choice(launch.prefix_caching, engine)
     config_path = None
     if launch.engine_config is not None:
-        from budgettune.app.engine_config_file import config_keys_for, file_prefix_caching
         from budgettune.engines.config_file import read_engine_config
 
         keys = config_keys_for(engine)
@@ -275,3 +275,31 @@ def external_budget(
             hint="vLLM tells it at /server_info when started with VLLM_SERVER_DEV_MODE=1",
         )
     return told
+
+
+def config_keys_for(engine: str) -> ConfigFileKeys:
+    """How ``engine`` (resolved: vllm, sglang, sim, ...) reads ``--engine-config``; SpecError
+    (field ``engine_config``) for an engine that takes no config file."""
+    from budgettune.engines.registry import config_file_keys
+
+    keys = config_file_keys(engine)
+    if keys is None:
+        raise SpecError(
+            f"reads vLLM's or SGLang's config file (--config), not {engine}'s; pass its "
+            "settings with --engine-arg",
+            field="engine_config",
+        )
+    return keys
+
+
+def file_prefix_caching(config: EngineConfigFile, keys: ConfigFileKeys) -> tuple[bool | None, str]:
+    """What the file says of the prefix cache, as the engine reads it: (on, the key in words),
+    or (None, "") when it says nothing the engine acts on. vLLM reads ``enable-prefix-caching:
+    false`` as ``--no-enable-prefix-caching``; SGLang leaves ``disable-radix-cache: false`` out."""
+    if keys.prefix_off is not None and config.value(keys.prefix_off) is True:
+        return False, f"{config.spelled[keys.prefix_off]}: true"
+    if keys.prefix_on is not None and config.value(keys.prefix_on) is True:
+        return True, f"{config.spelled[keys.prefix_on]}: true"
+    if keys.false_negates and keys.prefix_on is not None and config.value(keys.prefix_on) is False:
+        return False, f"{config.spelled[keys.prefix_on]}: false"
+    return None, ""
