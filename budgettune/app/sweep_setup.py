@@ -509,6 +509,7 @@ def _sweep_config(
             request.launch.tensor_parallel_size or 1,
             decodes_beside_prefill=engine != "sglang" or mixed,
             prefix_caching=spec.prefix_caching,
+            prefix_cached_after_iteration=engine == "sglang",
         ),
         expected_hit_share=unbounded_hit_share(
             schedule.prompt_tokens,
@@ -836,12 +837,13 @@ def predictions_scheduler(
     *,
     decodes_beside_prefill: bool = True,
     prefix_caching: bool = False,
+    prefix_cached_after_iteration: bool = False,
 ) -> SchedulerConfig:
     """The scheduler the predictions simulate: the KV cache the GPU holds for the model
     (``DEFAULT_GPU``'s when none is known), and the engine's policy: decodes beside prompt
     chunks (vLLM; SGLang with ``--enable-mixed-chunk``), or apart from them (SGLang's default),
-    and a prefix cache when the launched engine keeps one (vLLM's rules for every engine). The
-    budget is set per candidate."""
+    and a prefix cache when the launched engine keeps one (vLLM's rules; on SGLang what an
+    iteration computes is matched from the next one). The budget is set per candidate."""
     blocks = kv_capacity_blocks(
         step_model, gpu_card or resolve_gpu(DEFAULT_GPU), tensor_parallel=tensor_parallel
     )
@@ -851,6 +853,7 @@ def predictions_scheduler(
         max_num_seqs=max_num_seqs,
         decodes_beside_prefill=decodes_beside_prefill,
         prefix_caching=prefix_caching,
+        prefix_cached_after_iteration=prefix_cached_after_iteration,
     )
 
 

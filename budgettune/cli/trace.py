@@ -73,9 +73,30 @@ def synth(
             help="Mean time between a conversation's turns (exponential), e.g. 10s.",
         ),
     ] = "10s",
+    conversations: Annotated[
+        Path | None,
+        typer.Option(
+            "--conversations",
+            help="Recorded conversations (ShareGPT-style JSON or JSON Lines: 'conversations' of "
+            "from/value or 'messages' of role/content) instead of --prompt-dist and "
+            "--output-dist: each turn's new text and answer are counted by --tokenizer, and "
+            "the turns replay as with --conversation-turns (which then caps each "
+            "conversation's turns).",
+        ),
+    ] = None,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(
+            "--tokenizer",
+            help="With --conversations: the tokenizer that counts their tokens (a model "
+            "folder, a tokenizer.json, or a model id in the Hugging Face cache; nothing is "
+            "downloaded).",
+        ),
+    ] = None,
     seed: to.Seed = to.DEFAULTS.seed,
 ) -> None:
-    """Write a seeded synthetic trace (Poisson or gamma arrivals, lengths from distributions)."""
+    """Write a seeded synthetic trace (Poisson or gamma arrivals, lengths from distributions or
+    recorded conversations)."""
     from budgettune.app.trace import synth_trace
     from budgettune.core.units import parse_duration_s, parse_positive_float, parse_tokens
     from budgettune.trace.dists import parse_length_dist
@@ -94,6 +115,8 @@ def synth(
         prefix_tokens=parse_tokens(prefix_tokens, field="prefix_tokens"),
         conversation_turns=conversation_turns,
         think_time_s=parse_duration_s(think_time, field="think_time"),
+        conversations=conversations,
+        tokenizer=tokenizer,
     )
     if str(output) != "-":
         console_err.print(

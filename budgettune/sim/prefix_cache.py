@@ -25,7 +25,7 @@ class CachingBlockPool(BlockPool):
     how the scheduler tells the pool which keyed blocks a request holds.
     """
 
-    __slots__ = ("_free_queue", "_idle", "_ref", "_stamp")
+    __slots__ = ("_free_queue", "_idle", "_pending", "_ref", "_stamp")
 
     def __init__(self, capacity: int) -> None:
         super().__init__(capacity)
@@ -36,6 +36,9 @@ class CachingBlockPool(BlockPool):
         # (hit) or evicted is stale and skipped; the never-used blocks come first.
         self._free_queue: deque[tuple[Hashable | None, int]] = deque([(None, capacity)])
         self._stamp = 0
+        # Keyed blocks whose content is being computed this iteration and may not be matched
+        # until it ends (SGLang's radix tree); :meth:`publish` makes them matchable.
+        self._pending: set[Hashable] = set()
 
     @property
     def cached_blocks(self) -> int:
@@ -52,9 +55,11 @@ class CachingBlockPool(BlockPool):
     def match(self, keys: Sequence[Hashable], max_blocks: int) -> tuple[int, int]:
         """(blocks, of them free) of the longest run of ``keys`` from the first that is cached,
         at most ``max_blocks``. Check only; never changes the pool."""
-        ref, idle = self._ref, self._idle
+        ref, idle, pending = self._ref, self._idle, self._pending
         matched = idle_matched = 0
         for key in keys[:max_blocks]:
+            if key in pending:
+                break
             if key in ref:
                 matched += 1
             elif key in idle:
@@ -77,14 +82,21 @@ class CachingBlockPool(BlockPool):
             ref[key] = 1
             self._used += 1
 
-    def register(self, key: Hashable) -> bool:
+    def register(self, key: Hashable, *, pending: bool = False) -> bool:
         """A request's newly scheduled full block holds ``key``'s content: it becomes a cached
         block that request holds. False (the block stays the request's own) when the key is
-        already cached, as vLLM keeps a duplicate uncached."""
+        already cached, as vLLM keeps a duplicate uncached. ``pending``: not matchable until
+        :meth:`publish` (the iteration computing it has ended)."""
         if key in self._ref or key in self._idle:
             return False
         self._ref[key] = 1
+        if pending:
+            self._pending.add(key)
         return True
+
+    def publish(self) -> None:
+        """The iteration ended: the blocks it computed can be matched from now on."""
+        self._pending.clear()
 
     def allocate(self, blocks: int) -> None:
         """Take ``blocks`` from the head of the free queue, evicting the cached ones taken."""
@@ -115,13 +127,18 @@ class CachingBlockPool(BlockPool):
         """A request lets go of its keyed blocks; one no request holds any more stays cached
         at the free queue's tail (give a request's blocks last first, as vLLM frees them, so
         that a prefix's tail is evicted before its head)."""
-        ref, idle = self._ref, self._idle
+        ref, idle, pending = self._ref, self._idle, self._pending
         for key in keys:
             count = ref[key] - 1
             if count:
                 ref[key] = count
                 continue
             del ref[key]
+            if key in pending:  # never computed (its request left mid-iteration): not cached
+                pending.discard(key)
+                self._used -= 1
+                self._free_queue.append((None, 1))
+                continue
             self._stamp += 1
             idle[key] = self._stamp
             self._free_queue.append((key, self._stamp))

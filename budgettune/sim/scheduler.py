@@ -69,7 +69,11 @@ class SchedulerConfig:
     prefix_caching: vLLM's prefix cache (:class:`~budgettune.sim.prefix_cache.CachingBlockPool`):
     a request's keyed full prompt blocks are looked up once when it is first scheduled (again
     after a preemption), registered as soon as a chunk schedules them, and stay cached after it
-    finishes until the pool hands their blocks out again.
+    finishes until the pool hands their blocks out again. prefix_cached_after_iteration: SGLang's
+    radix tree takes a request's computed tokens in after the iteration that computed them (a
+    chunked request is stashed at the next scheduling step, a finished prefill with its result:
+    scheduler.py and scheduler_output_processor_mixin.py, 0.5.23), so a request scheduled in
+    the same iteration does not hit them; vLLM caches blocks as soon as they are scheduled.
     """
 
     budget_tokens: int | None
@@ -81,6 +85,7 @@ class SchedulerConfig:
     prefill_first_max_tokens: int | None = None
     decodes_beside_prefill: bool = True
     prefix_caching: bool = False
+    prefix_cached_after_iteration: bool = False
 
     def __post_init__(self) -> None:
         if self.budget_tokens is not None and self.budget_tokens < 1:
@@ -501,6 +506,8 @@ class Scheduler:
         if plan is not self._in_flight:
             raise RuntimeError("commit() of a plan that is not the one in flight")
         self._in_flight = None
+        if self.config.prefix_cached_after_iteration and isinstance(self.pool, CachingBlockPool):
+            self.pool.publish()  # what this iteration computed is matchable from the next
         chunk_requests = self._in_flight_requests
         emitted_ids: list[RequestId] | None = None
         if with_ids:
@@ -651,7 +658,7 @@ class Scheduler:
         bs = self.config.block_size
         for j in range(offset // bs, min((offset + n) // bs, len(r.keys))):
             key = r.keys[j]
-            if pool.register(key):
+            if pool.register(key, pending=self.config.prefix_cached_after_iteration):
                 r.held.append(key)
 
     def _free(self, r: _Request, blocks: int) -> None:

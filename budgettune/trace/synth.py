@@ -6,17 +6,20 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from budgettune.core.errors import SpecError
 from budgettune.core.files import atomic_writer, check_overwrite
 from budgettune.core.limits import MAX_DURATION_S, MAX_TOKENS, check_count
+from budgettune.trace.conversations import Turn, turn_lengths
 from budgettune.trace.dists import LengthDist
 from budgettune.trace.schedule import bounded_arrival_times_s, check_burstiness
-from budgettune.trace.schema import Trace
+from budgettune.trace.schema import FloatArray, IntArray, Trace
 
 DEFAULT_THINK_TIME_S = 10.0  # a user reads the answer and types the next turn
 MAX_TURNS = 1000
@@ -119,10 +122,7 @@ def conversations(
     next turn repeats all of it; a turn's answer is replayed as text the load generator draws,
     not as the engine's own answer, so a cache hits the history a turn sent, not its answer."""
     check_count(turns, field="conversation_turns", minimum=1, maximum=MAX_TURNS)
-    if not 0 < think_time_s <= MAX_DURATION_S:
-        raise SpecError(f"must be positive, got {think_time_s!r} s", field="think_time")
-    check_burstiness(burstiness, arrivals)
-    check_count(seed, field="seed", minimum=0, maximum=2**64 - 1)
+    _check_conversation_options(think_time_s, burstiness, arrivals, seed)
     rng = np.random.default_rng(seed)
     starts = bounded_arrival_times_s(
         rng,
@@ -135,25 +135,114 @@ def conversations(
     count = len(starts)
     new_text = prompt_dist.sample(rng, count * turns).reshape(count, turns)
     answers = output_dist.sample(rng, count * turns).reshape(count, turns)
-    gaps = rng.exponential(think_time_s, size=(count, turns))
-    gaps[:, 0] = 0.0
-    times = starts[:, None] + np.cumsum(gaps, axis=1)
-    history = np.cumsum(new_text, axis=1) + np.cumsum(answers, axis=1) - answers
+    return _conversation_trace(
+        rng, starts, list(new_text), list(answers), think_time_s, requests, duration_s,
+        "synthetic",
+    )  # fmt: skip
+
+
+def recorded_conversations(
+    recorded: Sequence[Sequence[Turn]],
+    count_tokens: Callable[[list[str]], Sequence[int]],
+    *,
+    rate_per_s: float,
+    think_time_s: float,
+    requests: int | None = None,
+    duration_s: float | None = None,
+    seed: int = 0,
+    arrivals: str = "poisson",
+    burstiness: float = 1.0,
+    max_turns: int = 0,
+    source: str = "conversations",
+) -> Trace:
+    """Recorded conversations (:func:`~budgettune.trace.conversations.read_conversations`)
+    replayed as :func:`conversations` replays drawn ones: each started conversation is the next
+    of a seeded shuffle of them (over again when they run out), conversations start at
+    ``rate_per_s`` over their mean turns, a think time apart within one, and turn k's prompt is
+    the conversation so far. ``count_tokens`` counts a batch of texts; only the conversations
+    replayed are counted. ``max_turns`` > 0 keeps at most that many turns of each."""
+    _check_conversation_options(think_time_s, burstiness, arrivals, seed)
+    if max_turns:
+        check_count(max_turns, field="conversation_turns", minimum=1, maximum=MAX_TURNS)
+    kept = [turns[:max_turns] if max_turns else turns for turns in recorded if turns]
+    if not kept:
+        raise SpecError("no conversation with an answered turn", field="conversations")
+    rng = np.random.default_rng(seed)
+    mean_turns = float(np.mean([len(turns) for turns in kept]))
+    starts = bounded_arrival_times_s(
+        rng,
+        rate_per_s / mean_turns,
+        requests=requests,  # at least one turn each: enough conversations for any count
+        duration_s=duration_s,
+        process=arrivals,
+        burstiness=burstiness,
+    )
+    rounds = -(-len(starts) // len(kept))
+    order = np.concatenate([rng.permutation(len(kept)) for _ in range(rounds)])[: len(starts)]
+    used = sorted(set(order.tolist()))
+    counted = dict(zip(used, turn_lengths([kept[i] for i in used], count_tokens), strict=True))
+    new_text = [np.array([said for said, _ in counted[i]], dtype=np.int64) for i in order]
+    answers = [np.array([answer for _, answer in counted[i]], dtype=np.int64) for i in order]
+    return _conversation_trace(
+        rng, starts, new_text, answers, think_time_s, requests, duration_s, source
+    )
+
+
+def _check_conversation_options(
+    think_time_s: float, burstiness: float, arrivals: str, seed: int
+) -> None:
+    if not 0 < think_time_s <= MAX_DURATION_S:
+        raise SpecError(f"must be positive, got {think_time_s!r} s", field="think_time")
+    check_burstiness(burstiness, arrivals)
+    check_count(seed, field="seed", minimum=0, maximum=2**64 - 1)
+
+
+def _conversation_trace(
+    rng: np.random.Generator,
+    starts: FloatArray,
+    new_text: Sequence[IntArray],
+    answers: Sequence[IntArray],
+    think_time_s: float,
+    requests: int | None,
+    duration_s: float | None,
+    source: str,
+) -> Trace:
+    """The turns of conversations starting at ``starts`` (conversation c's turns: new text
+    ``new_text[c]``, answers ``answers[c]``), in arrival order, the first ``requests`` and those
+    before ``duration_s``: turn k's prompt is every earlier turn's text and answer and its own
+    text (at most MAX_TOKENS), and shares all of it with the turn after."""
+    lengths = np.array([len(row) for row in new_text], dtype=np.int64)
+    flat_text = np.concatenate(new_text).astype(np.int64)
+    flat_answers = np.concatenate(answers).astype(np.int64)
+    gaps = rng.exponential(think_time_s, size=len(flat_text))
+    first = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    gaps[first] = 0.0
+    conversation = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    times = np.repeat(starts, lengths) + _cumsum_within(gaps, first, lengths)
+    history = _cumsum_within(flat_text + flat_answers, first, lengths) - flat_answers
     prompts = np.minimum(history, MAX_TOKENS).astype(np.int64)
-    order = np.argsort(times.ravel(), kind="stable")
+    order = np.argsort(times, kind="stable")
     keep = order if requests is None else order[:requests]
     if duration_s is not None:
-        keep = keep[times.ravel()[keep] < duration_s]
-    prompt = prompts.ravel()[keep]
+        keep = keep[times[keep] < duration_s]
+    prompt = prompts[keep]
     return Trace(
         prompt_tokens=prompt,
-        output_tokens=answers.ravel()[keep].astype(np.int64),
-        arrival_s=times.ravel()[keep],
-        prefix_group=np.repeat(np.arange(count, dtype=np.int64), turns)[keep],
+        output_tokens=flat_answers[keep],
+        arrival_s=times[keep],
+        prefix_group=conversation[keep],
         prefix_tokens=prompt.copy(),
-        source="synthetic",
+        source=source,
         format="budgettune",
     )
+
+
+def _cumsum_within(values: npt.NDArray[Any], first: IntArray, lengths: IntArray) -> Any:
+    """Running sums of ``values`` restarting at each group's first index, each group summed on
+    its own (a running total less an offset would round differently)."""
+    if len(lengths) and (lengths == lengths[0]).all():
+        return np.cumsum(values.reshape(len(lengths), int(lengths[0])), axis=1).ravel()
+    return np.concatenate([np.cumsum(part) for part in np.split(values, first[1:])])
 
 
 def jsonl_lines(trace: Trace) -> Iterator[str]:

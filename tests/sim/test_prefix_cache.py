@@ -90,6 +90,33 @@ def test_a_prefix_still_being_prefilled_is_hit_as_far_as_it_is_scheduled() -> No
     assert sched.prefix_cache_hits_tokens == 128
 
 
+def test_sglang_hits_only_what_earlier_iterations_computed() -> None:
+    # The same two requests on SGLang's rules: A's first chunk enters the radix tree after the
+    # iteration that computes it, so B, scheduled beside it, hits nothing, and a request
+    # scheduled in the next iteration hits what A has computed by then.
+    config = SchedulerConfig(
+        budget_tokens=256, kv_capacity_blocks=1000, block_size=16, prefix_caching=True,
+        long_prefill_token_threshold=128, prefix_cached_after_iteration=True,
+    )  # fmt: skip
+    sched = Scheduler(config)
+    sched.add("a", 700, 2, _keys(0, 40))
+    sched.add("b", 700, 2, _keys(0, 40))
+    sched.commit(sched.schedule())
+    assert sched.prefix_cache_hits_tokens == 0
+    sched.add("c", 700, 2, _keys(0, 40))
+    plan = sched.schedule()  # A's second chunk, then B's (no room left for C this time)
+    sched.commit(plan)
+    while not any(rid == "c" for rid, _, _ in plan.chunks):
+        plan = sched.schedule()
+        sched.commit(plan)
+    c_chunk = next(chunk for chunk in plan.chunks if chunk[0] == "c")
+    assert c_chunk[2] == sched.prefix_cache_hits_tokens > 0  # C starts after A's cached blocks
+    _run(sched)
+    pool = sched.pool
+    assert isinstance(pool, CachingBlockPool) and pool.used == 0
+    assert pool.free_queue_blocks() == 1000
+
+
 def test_without_caching_keys_change_nothing() -> None:
     config = SchedulerConfig(budget_tokens=256, kv_capacity_blocks=1000, block_size=16)
     sched = Scheduler(config)
@@ -100,18 +127,24 @@ def test_without_caching_keys_change_nothing() -> None:
     assert sched.prefix_cache_queries_tokens == sched.prefix_cache_hits_tokens == 0
 
 
+@pytest.mark.parametrize("after_iteration", [False, True])
 @pytest.mark.parametrize("capacity", [60, 400])
-def test_pool_accounting_holds_under_random_load_and_preemption(capacity: int) -> None:
+def test_pool_accounting_holds_under_random_load_and_preemption(
+    capacity: int, after_iteration: bool
+) -> None:
     rng = np.random.default_rng(capacity)
     config = SchedulerConfig(
-        budget_tokens=128, kv_capacity_blocks=capacity, block_size=16, prefix_caching=True
-    )
+        budget_tokens=128, kv_capacity_blocks=capacity, block_size=16, prefix_caching=True,
+        prefix_cached_after_iteration=after_iteration,
+    )  # fmt: skip
     sched = Scheduler(config)
     for i in range(300):
         group = int(rng.integers(0, 5))
         prompt = int(rng.integers(20, 400))
         sched.add(i, prompt, int(rng.integers(1, 60)), _keys(group, int(rng.integers(0, 20))))
         plan = sched.schedule()
+        if rng.random() < 0.1:  # a client gone while its chunk runs: its blocks come back
+            sched.abort(int(rng.integers(max(0, i - 5), i + 1)))
         sched.commit(plan)
         pool = sched.pool
         assert isinstance(pool, CachingBlockPool)

@@ -151,3 +151,27 @@ def test_a_marginal_answer_says_so_and_names_the_clear_pass_below() -> None:
     alone = choose([dataclasses.replace(marginal_1024, replays=1)], default=None)
     assert any(r.endswith("No smaller budget passed clearly.") for r in alone.reasons)
     assert not any("marginal" in r for r in choose([clear_512], default=None).reasons)
+
+
+def test_a_cache_gap_is_explained_by_the_simulator_when_it_finds_as_little() -> None:
+    from budgettune.core.cache_count import PrefixCacheCount
+
+    def cached(budget: int, share: float, predicted: float | None) -> Point:
+        found = PrefixCacheCount(queries_tokens=7200, hits_tokens=round(7200 * share))
+        guess = None if predicted is None else Predicted(_summary(), 10.0, 100.0, 2.0, predicted)
+        return dataclasses.replace(point(budget, 20, 500), prefix_cache=found, predicted=guess)
+
+    def gap_reasons(pt: Point) -> list[str]:
+        rec = recommend(
+            [pt], slo_tbt_s=0.05, slo_ttft_s=1.0, percentile=99, rate_per_s=16,
+            default_budget=None, candidates=CANDIDATES, expected_hit_share=0.533,
+        )  # fmt: skip
+        return [r for r in rec.reasons if "cached" in r]
+
+    # SGLang on pairs of simultaneous requests: the simulator also finds little
+    (together,) = gap_reasons(cached(512, 0.213, 0.107))
+    assert "the simulator finds 10.7% on the same arrivals" in together
+    # the simulator found the traffic's share, the engine did not: its cache let them go
+    (evicted,) = gap_reasons(cached(512, 0.213, 0.53))
+    assert "too small for the shared prefixes, or evicted them" in evicted
+    assert gap_reasons(cached(512, 0.53, 0.53)) == []
