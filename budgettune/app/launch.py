@@ -8,13 +8,14 @@ import os
 import shlex
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 from budgettune.app.baseline import Baseline
 from budgettune.app.requests import DEFAULT_MODEL, LaunchRequest, SweepRequest
 from budgettune.core.auth import HIDDEN, check_api_key, secret_name
 from budgettune.core.errors import SpecError, shorten
-from budgettune.core.hardware import check_model_len, resolve_model
+from budgettune.core.hardware import ModelShape, check_model_len, check_split, resolve_model
 from budgettune.core.limits import MAX_GPUS, MAX_SEQS, check_count, check_share
 from budgettune.core.units import parse_duration_s, parse_int_list
 from budgettune.engines.base import ConfigFileKeys, LaunchSpec
@@ -94,6 +95,9 @@ def launch_spec(
         raise SpecError(f"one value here, got {launch.max_num_seqs!r}", field="max_num_seqs")
     if launch.tensor_parallel_size is not None:
         check_count(launch.tensor_parallel_size, field="tensor_parallel_size", maximum=MAX_GPUS)
+        shape = _known_shape(model or (DEFAULT_MODEL if engine == "sim" else None))
+        if shape is not None:  # the engine would refuse the split at its start: refuse it now
+            check_split(shape, launch.tensor_parallel_size, field="tensor_parallel_size")
     extra: list[str] = []
     for item in launch.engine_arg:
         extra += split_words(item, field="engine_arg")
@@ -303,3 +307,66 @@ def file_prefix_caching(config: EngineConfigFile, keys: ConfigFileKeys) -> tuple
     if keys.false_negates and keys.prefix_on is not None and config.value(keys.prefix_on) is False:
         return False, f"{config.spelled[keys.prefix_on]}: false"
     return None, ""
+
+
+def check_budgets_hold_seqs(
+    engine: str, budgets: Sequence[int], max_num_seqs: int | None, *, field: str
+) -> None:
+    """Refuse a budget the engine refuses beside the max-num-seqs the user gave (None: not
+    given, the engine sizes it), quoting the engine's rule (SpecError naming ``field``)."""
+    from budgettune.engines.registry import budget_seqs_rule
+
+    rule = budget_seqs_rule(engine)
+    if rule is None or max_num_seqs is None:
+        return
+    for budget in budgets:
+        why = rule(budget, max_num_seqs)
+        if why is not None:
+            raise SpecError(
+                f"{budget} is below --max-num-seqs {max_num_seqs}: {why}; give a budget of at "
+                f"least {max_num_seqs} or a smaller --max-num-seqs",
+                field=field,
+            )
+
+
+def budgets_taken(
+    engine: str, budgets: Sequence[int], max_num_seqs: int | None, align: int
+) -> tuple[int, ...]:
+    """The searched ``budgets`` the engine takes beside the max-num-seqs the user gave: those
+    below it are left out (the engine would refuse them), and when that leaves none, the first
+    multiple of ``align`` at or above it."""
+    from budgettune.engines.registry import budget_seqs_rule
+
+    rule = budget_seqs_rule(engine)
+    if rule is None or max_num_seqs is None:
+        return tuple(budgets)
+    kept = tuple(budget for budget in budgets if rule(budget, max_num_seqs) is None)
+    return kept or (-(-max_num_seqs // align) * align,)
+
+
+def refused_pairs(
+    engine: str, budgets: Sequence[int], seqs_values: Sequence[int]
+) -> frozenset[tuple[int, int]]:
+    """The (budget index, max-num-seqs index) pairs of a two-knob grid the engine refuses."""
+    from budgettune.engines.registry import budget_seqs_rule
+
+    rule = budget_seqs_rule(engine)
+    if rule is None:
+        return frozenset()
+    return frozenset(
+        (i, j)
+        for i, budget in enumerate(budgets)
+        for j, seqs in enumerate(seqs_values)
+        if rule(budget, seqs) is not None
+    )
+
+
+def _known_shape(model: str | None) -> ModelShape | None:
+    """The model's shape when budgettune can read it here (a preset, a config.json or a model
+    folder); None for a model id only the engine resolves."""
+    if model is None:
+        return None
+    try:
+        return resolve_model(model)
+    except SpecError:
+        return None

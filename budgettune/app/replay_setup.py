@@ -15,7 +15,12 @@ from pathlib import Path
 
 from budgettune.app.client import ClientSettings, client_settings, without_secrets
 from budgettune.app.engine_config_file import with_engine_config
-from budgettune.app.launch import launch_spec, resolve_engine
+from budgettune.app.launch import (
+    check_budgets_hold_seqs,
+    launch_spec,
+    max_num_seqs_values,
+    resolve_engine,
+)
 from budgettune.app.outputs import RESULTS_FOLDER, claim_folder
 from budgettune.app.replay import ReplayConfig
 from budgettune.app.requests import (
@@ -74,6 +79,9 @@ def prepare_replay(
     engine = _replay_engine(request, say)
     client = client.for_engine(engine, model)
     budget_tokens, chunked = _replay_budget(request)
+    given_seqs = max_num_seqs_values(request.launch)
+    if budget_tokens is not None and len(given_seqs) == 1:
+        check_budgets_hold_seqs(engine, [budget_tokens], given_seqs[0], field="budget")
     traffic_request = request.traffic
     if (
         client.concurrency is not None

@@ -7,7 +7,7 @@ import asyncio
 import errno
 from collections.abc import Callable
 
-from budgettune.app.launch import prefix_caching_choice
+from budgettune.app.launch import check_budgets_hold_seqs, prefix_caching_choice
 from budgettune.app.requests import ServeRequest
 from budgettune.app.simulate import parse_budgets
 from budgettune.core.engine_defaults import default_budget_on
@@ -41,6 +41,8 @@ def server_config(request: ServeRequest) -> SimServerConfig:
         if len(budgets) != 1:
             raise SpecError(f"one budget, got {budget!r}", field="budget")
         budget_tokens = budgets[0]
+    if budget_tokens is not None:  # the built-in engine refuses what vLLM refuses
+        check_budgets_hold_seqs("sim", [budget_tokens], request.max_num_seqs, field="budget")
     max_model_len = request.max_model_len
     return SimServerConfig(
         budget_tokens=budget_tokens,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from budgettune.app.executors import Executor, InProcess, RoundEvents
-from budgettune.app.launch import prefix_caching_setting
+from budgettune.app.launch import budgets_taken, prefix_caching_setting
 from budgettune.app.profile import ProfileConfig, ProfileOutcome, run_profile
 from budgettune.app.profile import validate as validate_profile
 from budgettune.app.requests import PROFILE_MAX_BATCH, PROFILE_MAX_TOKENS
@@ -243,6 +243,11 @@ def plan(
         align=config.align_tokens,
         knee_found=config.knee_found,
     )
+    if not config.budgets:  # searched: none the engine refuses beside the max-num-seqs given
+        taken = budgets_taken(
+            config.engine, derived.budgets, config.base_spec.max_num_seqs, config.align_tokens
+        )
+        derived = dataclasses.replace(derived, budgets=taken)
     candidates = (
         dataclasses.replace(derived, budgets=tuple(sorted(set(config.budgets))))
         if config.budgets

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from budgettune.app.executors import Executor, InProcess, RoundEvents
+from budgettune.app.launch import refused_pairs
 from budgettune.app.rounds import distinct_free_ports, verify_in_rounds
 from budgettune.app.slots import Slot
 from budgettune.app.sweep import (
@@ -129,7 +130,7 @@ async def run_pair_sweep(
 
     state, k, rounds = outcome.state, len(slots), 0
     if config.exhaustive:
-        every = list(state.pairs())
+        every = [pair for pair in state.pairs() if pair not in state.refused]
         for start in range(0, len(every), k):
             rounds += 1
             await verify_round(every[start : start + k])
@@ -207,7 +208,11 @@ def _predicted_grid(config: SweepConfig, traffic: Traffic, candidates: Candidate
         seqs_values=values,
         predictions=predictions,
         measured={seqs: {} for seqs in values},
-        state=PairState(len(candidates.budgets), len(values)),
+        state=PairState(
+            len(candidates.budgets),
+            len(values),
+            refused=refused_pairs(config.engine, candidates.budgets, values),
+        ),
     )
 
 

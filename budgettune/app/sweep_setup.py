@@ -24,6 +24,7 @@ from budgettune.app.engine_config_file import with_engine_config
 from budgettune.app.launch import (
     SEQS_AUTO,
     budget_spec,
+    check_budgets_hold_seqs,
     external_budget,
     launch_spec,
     max_num_seqs_values,
@@ -320,6 +321,8 @@ def sweep_budgets(
         if request.budgets is not None
         else None
     )
+    # a budget the engine refuses beside the max-num-seqs given (several: pair by pair, later)
+    check_budgets_hold_seqs(engine, named or (), spec.max_num_seqs, field="budgets")
     return SweepBudgets(baseline, defaults, engine_seqs, named, baseline.budget(defaults))
 
 

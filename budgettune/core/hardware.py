@@ -140,6 +140,19 @@ def check_model_len(shape: ModelShape, max_model_len: int | None) -> None:
         )
 
 
+def check_split(shape: ModelShape, tensor_parallel: int, *, field: str) -> None:
+    """Refuse a tensor-parallel size that does not divide the model's attention heads, as the
+    engines do (vLLM's ModelConfig.verify_with_parallel_config, vllm/config/model.py, 0.32, in
+    its own words; SGLang and TensorRT-LLM split heads the same way)."""
+    if tensor_parallel > 1 and shape.heads % tensor_parallel:
+        raise SpecError(
+            f"{tensor_parallel} GPUs cannot split {shape.name}: 'Total number of attention heads "
+            f"({shape.heads}) must be divisible by tensor parallel size ({tensor_parallel}).' "
+            "(vLLM)",
+            field=field,
+        )
+
+
 # A custom GPU's figures: finite, at least the first (below it no figure the model gives means
 # anything: 1 GFLOP/s, 1 GB/s, and 1 GB, less than the weights of any model preset), and at most
 # the second (a thousand B200s' worth).

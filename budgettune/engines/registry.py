@@ -57,6 +57,15 @@ def config_file_keys(name: str) -> ConfigFileKeys | None:
     )
 
 
+def budget_seqs_rule(name: str) -> Callable[[int, int], str | None] | None:
+    """Engine ``name``'s rule on a budget beside a given max-num-seqs: (budget, seqs) -> why it
+    refuses them, or None when it takes them; None for an engine without one. vLLM's, and the
+    built-in engine's, which follows vLLM."""
+    from budgettune.engines import vllm
+
+    return vllm.budget_seqs_refusal if name in ("vllm", "sim") else None
+
+
 def engine_names() -> list[str]:
     return list(ENGINES)
 

@@ -82,6 +82,19 @@ CONFIG_KEYS = ConfigFileKeys(
 )
 
 
+def budget_seqs_refusal(budget_tokens: int, max_num_seqs: int) -> str | None:
+    """Why vLLM refuses ``budget_tokens`` beside a ``max_num_seqs`` the user set, in its own words
+    (SchedulerConfig, vllm/config/scheduler.py, 0.32), or None when it takes them. A
+    max-num-seqs left at its default is cut to the budget instead (EngineArgs), so only a given
+    one is checked."""
+    if budget_tokens >= max_num_seqs:
+        return None
+    return (
+        f"vLLM refuses it: 'max_num_batched_tokens ({budget_tokens}) must be greater than or "
+        f"equal to max_num_seqs ({max_num_seqs})'"
+    )
+
+
 def vllm_command(spec: LaunchSpec, port: int) -> list[str]:
     """The argument list for ``spec`` on ``port``. Raises UserError without a model or when
     the pass-through arguments (``spec.extra_args``) repeat a flag budgettune sets."""

@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from budgettune.core.hardware import GPU, ModelShape
+from budgettune.core.hardware import GPU, ModelShape, check_split
 from budgettune.core.limits import MAX_GPUS, check_count, check_number
 
 if TYPE_CHECKING:
@@ -189,6 +189,7 @@ class StepModel:
         from budgettune.model.calibration import calibration_for
 
         check_count(tensor_parallel, field="tensor_parallel", maximum=MAX_GPUS)
+        check_split(model, tensor_parallel, field="tensor_parallel")
         check_number(bytes_per_weight, field="dtype", maximum=64)
 
         cal = calibration

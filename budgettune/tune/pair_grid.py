@@ -69,11 +69,16 @@ class PairsOutcome:
                 goodput_per_s=(
                     None if point is None or point.goodput is None else point.goodput.rate_per_s
                 ),
-                feasible=self.state.feasible(
+                feasible=self._feasible(
                     (self.budgets.index(budget), self.seqs_values.index(seqs))
                 ),
             ))  # fmt: skip
         return PairGrid(self.budgets, self.seqs_values, self.chosen, self.launches, tuple(cells))
+
+    def _feasible(self, pair: tuple[int, int]) -> bool | None:
+        """Whether a pair meets both SLOs as the measurements imply; None (not known) for a pair
+        the engine refuses, which no neighbour speaks for."""
+        return None if pair in self.state.refused else self.state.feasible(pair)
 
     def to_json(self) -> dict[str, object]:
         """recommendation.json's ``pairs``."""

@@ -36,6 +36,9 @@ class PairState:
     n_seqs: int
     verified: dict[Pair, Verdict] = field(default_factory=dict)
     failed: set[Pair] = field(default_factory=set)  # its engine failed: no verdict, left out
+    # pairs the engine refuses (vLLM: a budget below max-num-seqs): never launched, never the
+    # answer, whatever their neighbours imply
+    refused: frozenset[Pair] = frozenset()
 
     def record(self, pair: Pair, verdict: Verdict | None) -> None:
         """A verification's verdict (None: the engine failed at the pair, which says nothing
@@ -79,7 +82,7 @@ class PairState:
     def best(self) -> Pair | None:
         """The answer so far: the largest budget proven feasible, then the largest
         max-num-seqs proven feasible at it (None: no pair proven feasible)."""
-        proven = [pair for pair in self.pairs() if self.feasible(pair)]
+        proven = [pair for pair in self.pairs() if pair not in self.refused and self.feasible(pair)]
         return max(proven) if proven else None
 
     def open_pairs(self) -> list[Pair]:
@@ -91,6 +94,7 @@ class PairState:
             if (best is None or pair > best)
             and self.feasible(pair) is None
             and pair not in self.failed
+            and pair not in self.refused
         ]
 
     def cliff_pairs(self) -> list[Pair]:
@@ -108,6 +112,7 @@ class PairState:
             and pair[1] < self.n_seqs
             and pair not in self.verified
             and pair not in self.failed
+            and pair not in self.refused
         ]
 
     def done(self) -> bool:
@@ -139,7 +144,9 @@ def next_pairs(state: PairState, predicted: Mapping[Pair, Verdict], k: int) -> l
     again as if each pair picked had come out as predicted, so the picks are the ones the
     one-at-a-time search would verify next if the predictions held. Empty when the answer is
     proven; with ``k`` 1, exactly :func:`next_pair`."""
-    ahead = PairState(state.n_budgets, state.n_seqs, dict(state.verified), set(state.failed))
+    ahead = PairState(
+        state.n_budgets, state.n_seqs, dict(state.verified), set(state.failed), state.refused
+    )
     picked: list[Pair] = []
     while len(picked) < k and (pair := next_pair(ahead, predicted)) is not None:
         picked.append(pair)
@@ -182,7 +189,9 @@ def _settled(
         outcomes = [expected]
     counts = []
     for outcome in outcomes:
-        trial = PairState(state.n_budgets, state.n_seqs, dict(state.verified), state.failed)
+        trial = PairState(
+            state.n_budgets, state.n_seqs, dict(state.verified), state.failed, state.refused
+        )
         trial.record(pair, outcome)
         still_open = set(trial.open_pairs())
         counts.append(sum(1 for other in open_ if other not in still_open))
@@ -194,10 +203,11 @@ def search_pairs(
     n_seqs: int,
     predicted: Mapping[Pair, Verdict],
     verify: Callable[[Pair], Verdict | None],
+    refused: frozenset[Pair] = frozenset(),
 ) -> PairState:
     """Run the search to the end with a ``verify(pair) -> Verdict`` callback (one launch each;
-    None: the engine failed there)."""
-    state = PairState(n_budgets, n_seqs)
+    None: the engine failed there), never at a ``refused`` pair."""
+    state = PairState(n_budgets, n_seqs, refused=refused)
     while (pair := next_pair(state, predicted)) is not None:
         state.record(pair, verify(pair))
     return state

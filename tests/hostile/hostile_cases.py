@@ -295,6 +295,7 @@ CASES += [
         says="--memory-gb",
     ),
     _c("simulate", *SIM, "--tensor-parallel", "0", says="--tensor-parallel"),
+    _c("simulate", *SIM, "--tensor-parallel", "3", says="divisible by tensor parallel size (3)"),
     _c("simulate", *SIM, "--tensor-parallel", "99999999999", says="--tensor-parallel"),
     _c("simulate", *SIM, "--compute-efficiency", "0", says="--compute-efficiency"),
     _c("simulate", *SIM, "--compute-efficiency", "1.5", says="--compute-efficiency"),
@@ -400,6 +401,7 @@ CASES += [
     _c("roofline", "roofline", "--overhead-ms", "nan", says="--overhead-ms"),
     _c("roofline", "roofline", "--compute-efficiency", "-0.5", says="--compute-efficiency"),
     _c("roofline", "roofline", "--tensor-parallel", "0", says="--tensor-parallel"),
+    _c("roofline", "roofline", "--tensor-parallel", "3", says="divisible by tensor parallel size"),
     # no command takes a pipeline-parallel size: the line says why, not only "no such option"
     _c("roofline", "roofline", "--pipeline-parallel-size", "2", says=PIPELINE),
     _c("simulate", *SIM, "--pp-size", "2", says=PIPELINE),

@@ -43,6 +43,11 @@ SW_URL = ("sweep", "--requests", "8", "--slo-tbt", "50ms")
 SW_ANY = ("sweep", "--engine", "sim", "--requests", "8", "--slo-tbt", "50ms")
 
 
+# The engines' own words for a split they cannot make and a budget below max-num-seqs (vLLM).
+SPLIT_RULE = "'Total number of attention heads (32) must be divisible by tensor parallel size (3).'"
+SEQS_RULE = "'max_num_batched_tokens (256) must be greater than or equal to max_num_seqs (1024)'"
+
+
 def _sw(*argv: str, **kw: object) -> Case:
     return Case("sweep", (*SW, *argv, "-o", "{d}/run"), **kw)  # type: ignore[arg-type]
 
@@ -133,6 +138,9 @@ CASES += [
     _sw("--gpu-memory-utilization", "1.5", says="--gpu-memory-utilization"),
     _sw("--gpu-memory-utilization", "nan", says="--gpu-memory-utilization"),
     _sw("--tensor-parallel-size", "0", says="--tensor-parallel-size"),
+    # configs the engine refuses, refused with its own rule (round 3, class 2)
+    _sw("--tensor-parallel-size", "3", says=SPLIT_RULE),
+    _sw("--budgets", "256,512", "--max-num-seqs", "1024", says=SEQS_RULE),
     _sw("--pipeline-parallel-size", "2", says="pipeline parallelism is not modelled"),
     _sw("--engine-arg", "--pipeline-parallel-size=2", says="pipeline parallelism is not modelled"),
     _sw("--prefix-caching", "banana", says="--prefix-caching"),
@@ -247,6 +255,8 @@ CASES += [
     _c("replay", *RP, "--port", "-1", says="--port"),
     _c("replay", *RP, "--port", "99999999999999999999", says="--port"),
     _c("replay", *RP, "--budget", "abc", says="--budget"),
+    _c("replay", *RP, "--budget", "256", "--max-num-seqs", "1024", says=SEQS_RULE),
+    _c("replay", *RP, "--tensor-parallel-size", "3", says=SPLIT_RULE),
     _c("replay", *RP, "--budget", "0", says="--budget"),
     _c("replay", *RP, "--budget", "99999999999", says="--budget"),
     _c("replay", *RP, "--max-num-seqs", "99999999999999999999", says="--max-num-seqs"),
@@ -300,6 +310,8 @@ CASES += [
     _c("serve", "serve", "--port", "-1", says="--port"),
     _c("serve", *SV, "--emission-log", "/proc/budgettune-x/e.csv", says="--emission-log"),
     _c("serve", *SV, "--emission-log", "{d}", says="--emission-log"),
+    _c("serve", *SV, "--budget", "256", "--max-num-seqs", "1024", says=SEQS_RULE),
+    _c("serve", *SV, "--tensor-parallel-size", "3", says=SPLIT_RULE),
     _c(
         "serve",
         *SV,

@@ -96,3 +96,23 @@ def test_auto_values_span_the_expected_decode_batch(
     decode_batch: float, engine_default: int, values: tuple[int, ...]
 ) -> None:
     assert seqs_candidates(decode_batch, engine_default) == values
+
+
+def test_pairs_the_engine_refuses_are_never_launched_nor_the_answer() -> None:
+    # budgets 256, 512, 2048 against max-num-seqs 64, 1024: vLLM refuses a budget below a given
+    # max-num-seqs, so (256, 1024) and (512, 1024) are never launched, however the verdicts of
+    # their neighbours would place them; on the grid the answer is the largest taken pair.
+    refused = frozenset({(0, 1), (1, 1)})
+    rng = random.Random(7)
+    for _ in range(200):
+        grid = monotone_grid(3, 2, rng)
+        launched: list[Pair] = []
+
+        def verify(pair: Pair, grid: Grid = grid, launched: list[Pair] = launched) -> Verdict:
+            launched.append(pair)
+            return grid[pair]
+
+        state = search_pairs(3, 2, grid, verify, refused=refused)
+        assert not refused & set(launched)
+        taken = {pair: verdict for pair, verdict in grid.items() if pair not in refused}
+        assert state.best == grid_answer(taken)
