@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from budgettune.app.requests import ClientRequest
-from budgettune.core.auth import HIDDEN, hide_env
+from budgettune.core.auth import HIDDEN, hide_env, hide_values, secret_values
 from budgettune.core.errors import SpecError
 from budgettune.core.limits import MAX_SEQS, check_count
 from budgettune.core.units import parse_duration_s
@@ -154,6 +154,7 @@ def without_secrets(command: Sequence[str]) -> tuple[str, ...]:
     ``--api-key=KEY``) replaced by ``***``, and so is a secret's in ``--env NAME=VALUE``
     (HF_TOKEN, *_API_KEY: :func:`budgettune.core.auth.secret_name`)."""
     shown: list[str] = []
+    secrets = secret_values(*_given_secrets(command))
     after = ""  # the option the previous argument was, when it takes a value
     for arg in command:
         if after == KEY_OPTION:
@@ -164,7 +165,23 @@ def without_secrets(command: Sequence[str]) -> tuple[str, ...]:
             shown.append(f"{KEY_OPTION}={HIDDEN}")
         elif arg.startswith(ENV_OPTION + "="):
             shown.append(f"{ENV_OPTION}={hide_env([arg.removeprefix(ENV_OPTION + '=')])[0]}")
-        else:
-            shown.append(arg)
+        else:  # a secret given once is hidden wherever else it is typed, and URL passwords
+            shown.append(hide_values(arg, secrets))
         after = arg if arg in (KEY_OPTION, ENV_OPTION) and after == "" else ""
     return tuple(shown)
+
+
+def _given_secrets(command: Sequence[str]) -> tuple[list[str], str | None]:
+    """The ``--env`` items and the ``--api-key`` value typed in ``command``."""
+    env: list[str] = []
+    key = None
+    for before, arg in zip(["", *command], command, strict=False):
+        if before == ENV_OPTION:
+            env.append(arg)
+        elif arg.startswith(ENV_OPTION + "="):
+            env.append(arg.removeprefix(ENV_OPTION + "="))
+        elif before == KEY_OPTION:
+            key = arg
+        elif arg.startswith(KEY_OPTION + "="):
+            key = arg.removeprefix(KEY_OPTION + "=")
+    return env, key

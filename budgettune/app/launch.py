@@ -13,7 +13,7 @@ from pathlib import Path
 
 from budgettune.app.baseline import Baseline
 from budgettune.app.requests import DEFAULT_MODEL, LaunchRequest, SweepRequest
-from budgettune.core.auth import HIDDEN, check_api_key, secret_name
+from budgettune.core.auth import HIDDEN, check_api_key, has_hidden_userinfo, secret_name
 from budgettune.core.errors import SpecError, shorten
 from budgettune.core.hardware import ModelShape, check_model_len, check_split, resolve_model
 from budgettune.core.limits import MAX_GPUS, MAX_SEQS, check_count, check_share
@@ -46,7 +46,7 @@ def parse_env(items: tuple[str, ...] | list[str]) -> dict[str, str]:
         key = key.strip()
         if not eq or not key:
             raise SpecError(f"expected KEY=VALUE, got {shorten(repr(item))}", field="env")
-        if value == HIDDEN and secret_name(key):
+        if (value == HIDDEN and secret_name(key)) or has_hidden_userinfo(value):
             if key not in os.environ:
                 raise SpecError(
                     f"{key} is a secret the saved sweep does not keep; set {key} in "

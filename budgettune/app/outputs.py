@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from budgettune.artifacts.results import RESULTS_FILE
-from budgettune.core.errors import UserError
+from budgettune.core.errors import UserError, shorten
 from budgettune.core.files import check_overwrite, json_document_ours
 
 REPORT_FILE = "report.html"
@@ -34,7 +34,12 @@ def claim_folder(
     """Check that ``folder`` can take ``files``: not a file itself, and each of them either
     absent or one budgettune wrote (``files`` maps a name to how to tell). Raises UserError
     naming ``field``. Creates nothing."""
-    if folder.exists() and not folder.is_dir():
-        raise UserError(f"{folder} is a file; name a folder to write into", field=field)
-    for name, ours in files.items():
-        check_overwrite(folder / name, ours, field=field)
+    try:
+        if folder.exists() and not folder.is_dir():
+            raise UserError(f"{folder} is a file; name a folder to write into", field=field)
+        for name, ours in files.items():
+            check_overwrite(folder / name, ours, field=field)
+    except OSError as error:  # a name the file system cannot hold (ENAMETOOLONG), a loop
+        raise UserError(
+            f"cannot use {shorten(str(folder))}: {error.strerror or error}", field=field
+        ) from None

@@ -31,7 +31,12 @@ from budgettune.app.requests import (
     TrafficRequest,
 )
 from budgettune.app.simulate import parse_budgets
-from budgettune.app.traffic import Traffic, build_traffic, max_model_len_tokens
+from budgettune.app.traffic import (
+    Traffic,
+    build_traffic,
+    check_live_span,
+    max_model_len_tokens,
+)
 from budgettune.core.auth import hide_env
 from budgettune.core.errors import SpecError
 from budgettune.core.hardware import HardwareFacts, resolve_gpu, resolve_model
@@ -90,6 +95,7 @@ def prepare_replay(
     ):
         traffic_request = dataclasses.replace(traffic_request, rate=CLOSED_LOOP_DRAW_RATE_PER_S)
     traffic = build_traffic(traffic_request, default_requests=DEFAULT_REQUESTS, on_warning=warn)
+    check_live_span(traffic, traffic_request)
     warmup = request.client.warmup
     if warmup >= len(traffic.schedule):
         raise SpecError(f"{warmup} leaves none of {len(traffic.schedule)} requests", field="warmup")

@@ -52,7 +52,12 @@ from budgettune.app.sweep import (
     profile_config,
     saved_profile,
 )
-from budgettune.app.traffic import Traffic, build_traffic, max_model_len_tokens
+from budgettune.app.traffic import (
+    Traffic,
+    build_traffic,
+    check_live_span,
+    max_model_len_tokens,
+)
 from budgettune.artifacts.runfolder import read_settings
 from budgettune.artifacts.sweep_options import (
     OPTIONS_KEY,
@@ -64,6 +69,7 @@ from budgettune.core.auth import hide_env
 from budgettune.core.engine_defaults import DefaultBudget, default_budget_on
 from budgettune.core.errors import SpecError, UserError
 from budgettune.core.hardware import GPU, resolve_gpu
+from budgettune.core.limits import MAX_REPLAYS, check_count
 from budgettune.core.slo import check_percentile
 from budgettune.core.units import parse_int_list
 from budgettune.engines.base import LaunchSpec
@@ -166,6 +172,8 @@ def prepare_sweep(
     anything is printed), the engine and its slots, the traffic, the engine's launch, the
     budgets, where the step-time model comes from, the run folder, then the model itself."""
     slos = _checked_slos(request)
+    # every replay's schedule is built up front: a count past the limit would fill the memory
+    check_count(request.max_replays, field="max_replays", maximum=MAX_REPLAYS)
     asked = request  # as typed: what --resume restores (the file's settings are read again)
     request = with_engine_config(request, tunes_seqs=tunes_seqs(request.launch))
     client = client_settings(request.client)
@@ -248,6 +256,7 @@ def sweep_traffic(
     if synthetic:
         asked = replace(asked, rate=DEFAULT_RATE_PER_S)
     traffic = build_traffic(asked, default_requests=DEFAULT_REQUESTS, on_warning=warn)
+    check_live_span(traffic, asked)
     count = len(traffic.schedule)
     warmup = request.client.warmup
     if warmup >= count:

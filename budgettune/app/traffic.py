@@ -14,7 +14,13 @@ import numpy as np
 
 from budgettune.app.requests import DEFAULT_OUTPUT_DIST, DEFAULT_PROMPT_DIST, TrafficRequest
 from budgettune.core.errors import SpecError
-from budgettune.core.limits import MAX_RATE_PER_S, MAX_REQUESTS, MIN_RATE_PER_S, check_count
+from budgettune.core.limits import (
+    MAX_DURATION_S,
+    MAX_RATE_PER_S,
+    MAX_REQUESTS,
+    MIN_RATE_PER_S,
+    check_count,
+)
 from budgettune.core.units import parse_duration_s, parse_positive_float, parse_tokens
 from budgettune.trace.dists import parse_length_dist
 from budgettune.trace.load import ON_LONG as ON_LONG_CHOICES
@@ -242,3 +248,18 @@ def _synthetic(
         on_warning(f"{done} {fitted[0]:,} synthetic requests longer than --max-model-len {max_len}")
     return Traffic(schedule, None, description, rebuild, (process, rate, request.burstiness),
                    request.seed)  # fmt: skip
+
+
+def check_live_span(traffic: Traffic, request: TrafficRequest) -> None:
+    """Refuse traffic a live replay would take more than a week to send (a run takes at most
+    MAX_DURATION_S: ``--time-scale 1e-6`` on a 2 s trace is 23 days), naming the option that
+    stretched it. The simulator takes any span: it does not wait for one."""
+    schedule = traffic.schedule
+    span_s = float(schedule.target_s[-1] - schedule.target_s[0]) if len(schedule) else 0.0
+    if span_s > MAX_DURATION_S:
+        stretched = request.time_scale != 1.0
+        field = "time_scale" if stretched else "rate" if request.rate is not None else "trace"
+        raise SpecError(
+            f"the replay would run {span_s / 86_400:,.0f} days; a run takes at most 7 days",
+            field=field,
+        )

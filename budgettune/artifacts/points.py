@@ -5,11 +5,13 @@ their order are the documents' since schema 1; reading validates every field it 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from budgettune.core.cache_count import PrefixCacheCount
 from budgettune.core.fields import Fields
 from budgettune.core.limits import MAX_TOKENS
+from budgettune.core.units import finite_or_none
 from budgettune.tune.point import (
     AtSlo,
     Confidence,
@@ -93,7 +95,8 @@ def point_json(point: Point) -> dict[str, object]:
     out: dict[str, object] = {
         "budget": point.budget,
         "role": point.role.value,
-        "rate": point.rate_per_s,
+        # one request, or all at one instant, has no rate: null (read back as infinity)
+        "rate": finite_or_none(point.rate_per_s),
         "predicted": predicted_json(point.predicted),
         "status": point.status.value,
     }
@@ -249,7 +252,7 @@ def read_point(value: object, where: str) -> Point:
     return Point(
         budget=fields.integer("budget", minimum=1, maximum=MAX_TOKENS),
         role=_choice(fields, "role", Role),
-        rate_per_s=fields.number("rate"),
+        rate_per_s=_rate(fields),
         predicted=read_predicted(fields.child_or_none("predicted")),
         status=status,
         tbt_ok=fields.flag_or_none("tbt_ok"),
@@ -304,3 +307,9 @@ def flat_point_json(point: Point) -> dict[str, object]:
         full.update(summary_json(point.measured))
         full["measured"] = at_slo_json(point)  # the verdict's figures keep their place
     return full
+
+
+def _rate(fields: Fields) -> float:
+    """A point's arrival rate; null (one request, or all at one instant) is infinite."""
+    rate = fields.number_or_none("rate", minimum=0)
+    return math.inf if rate is None else rate

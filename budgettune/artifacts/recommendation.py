@@ -83,7 +83,7 @@ def recommendation_document(
             "percentile": config.percentile,
         },
         "load": {
-            "rate_per_s": config.rate_per_s,
+            "rate_per_s": finite_or_none(config.rate_per_s),
             "asked_rate_per_s": config.asked_rate_per_s,
             "requests": config.requests,
             "traffic": config.traffic,

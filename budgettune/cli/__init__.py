@@ -196,6 +196,13 @@ class _Group(Group):
 
             console_err.print("[yellow]interrupted[/yellow]")
             raise typer.Exit(130) from None
+        except OSError as error:  # one no layer turned into its own error: an OS limit
+            from budgettune.cli._common import print_error
+            from budgettune.core.files import os_error
+
+            found = os_error(error)
+            print_error(found)
+            raise typer.Exit(found.exit_code) from None
 
 
 class Command(TyperCommand):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
 import typer
@@ -54,8 +53,11 @@ def print_warning(message: str) -> None:
 
 def print_json(document: Any) -> None:
     """Write one JSON document to stdout (no rich markup, machine-readable)."""
-    sys.stdout.write(json.dumps(document, indent=2, allow_nan=False, default=_json_default) + "\n")
-    sys.stdout.flush()
+    from budgettune.core.files import stdout_or_error
+
+    out = stdout_or_error("the JSON document")
+    out.write(json.dumps(document, indent=2, allow_nan=False, default=_json_default) + "\n")
+    out.flush()
 
 
 def _json_default(value: Any) -> Any:

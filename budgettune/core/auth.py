@@ -11,8 +11,13 @@ from budgettune.core.errors import UserError
 
 HIDDEN = "***"  # what a file shows in place of a secret
 # Environment variable names that hold credentials: HF_TOKEN, HUGGING_FACE_HUB_TOKEN,
-# VLLM_API_KEY, OPENAI_API_KEY, AWS_SECRET_ACCESS_KEY, a *_PASSWORD, *_CREDENTIALS, *_AUTH.
-_SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
+# VLLM_API_KEY, OPENAI_API_KEY, AWS_SECRET_ACCESS_KEY, a *_PASSWORD, *_PASSPHRASE,
+# *_CREDENTIALS, *_AUTH.
+_SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSW|PASSPHRASE|CREDENTIAL|AUTH", re.IGNORECASE)
+# A URL's password (scheme://user:PASSWORD@host): hidden whatever the variable is called.
+_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/@:\s]*):(?P<password>[^/@\s]+)@")
+# A secret value shorter than this is not searched for elsewhere: "1" would hide every digit.
+MIN_SECRET_CHARS = 6
 
 
 def secret_name(name: str) -> bool:
@@ -21,13 +26,45 @@ def secret_name(name: str) -> bool:
 
 
 def hide_env(items: Sequence[str]) -> list[str]:
-    """``--env NAME=VALUE`` items as files record them: a secret's value replaced by ``***``
-    (``--resume`` asks for it again, or takes it from budgettune's own environment)."""
+    """``--env NAME=VALUE`` items as files record them: a secret's value replaced by ``***``,
+    and a URL's password in any value (``postgres://u:***@host/db``); ``--resume`` asks for
+    either again, or takes it from budgettune's own environment."""
     shown = []
     for item in items:
-        name, eq, _ = item.partition("=")
-        shown.append(f"{name}={HIDDEN}" if eq and secret_name(name.strip()) else item)
+        name, eq, value = item.partition("=")
+        if eq and secret_name(name.strip()):
+            shown.append(f"{name}={HIDDEN}")
+        else:
+            shown.append(f"{name}{eq}{hide_userinfo(value)}" if eq else item)
     return shown
+
+
+def hide_userinfo(text: str) -> str:
+    """``text`` with every URL's password written ``***``."""
+    return _USERINFO.sub(lambda found: f"{found['head']}:{HIDDEN}@", text)
+
+
+def has_hidden_userinfo(text: str) -> bool:
+    """Whether ``text`` holds a URL whose password a record hid."""
+    return f":{HIDDEN}@" in text
+
+
+def secret_values(env_items: Sequence[str], api_key: str | None = None) -> list[str]:
+    """The values to hide wherever else they appear: the API key and every secret ``--env``
+    value, those of at least MIN_SECRET_CHARS characters, longest first."""
+    found = [api_key] if api_key else []
+    for item in env_items:
+        name, eq, value = item.partition("=")
+        if eq and secret_name(name.strip()) and value != HIDDEN:
+            found.append(value)
+    return sorted({v for v in found if len(v) >= MIN_SECRET_CHARS}, key=len, reverse=True)
+
+
+def hide_values(text: str, values: Sequence[str]) -> str:
+    """``text`` with each of ``values`` (secrets) and every URL's password written ``***``."""
+    for value in values:
+        text = text.replace(value, HIDDEN)
+    return hide_userinfo(text)
 
 
 def check_api_key(api_key: str | None) -> None:

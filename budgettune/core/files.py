@@ -20,16 +20,20 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TextIO
 
-from budgettune.core.errors import StorageError, UserError
+from budgettune.core.errors import BudgettuneError, StorageError, UserError, shorten
 
 # errno values that say the machine, not the path, is to blame
 MACHINE_ERRNOS = frozenset(
     {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG, errno.EROFS, errno.ENOMEM}
 )
+# A path's own faults, the user's to change: a name too long, a file where a folder is meant,
+# a folder where a file is meant, a loop of links.
+USER_PATH_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ENOTDIR, errno.EISDIR, errno.ELOOP})
 RESERVE_BYTES = 256 << 10  # room kept for one points.jsonl line on a disk that fills
 
 
@@ -45,6 +49,25 @@ def storage_error(error: OSError, path: Path | str, *, field: str | None = None)
         )
         return StorageError(f"cannot write {path}: {reason}", path=str(path), hint=hint)
     return UserError(f"cannot write {path}: {reason}", field=field)
+
+
+def os_error(error: OSError) -> BudgettuneError:
+    """The one-line error for an OSError that reached the command line unhandled: the path it
+    names (a name too long for the file system, a file where a folder was meant) is the
+    user's to change, anything else is the machine's."""
+    path = shorten(str(error.filename)) if error.filename is not None else "a file"
+    reason = error.strerror or str(error)
+    if error.errno in MACHINE_ERRNOS or error.errno not in USER_PATH_ERRNOS:
+        return StorageError(f"cannot use {path}: {reason}", path=path)
+    return UserError(f"cannot use {path}: {reason}")
+
+
+def stdout_or_error(what: str) -> TextIO:
+    """Standard output to write ``what`` to; StorageError when it is closed (``>&-``), so the
+    command ends in one line rather than a traceback (its files are written by then)."""
+    if sys.stdout is None:
+        raise StorageError(f"standard output is closed: {what} was not written", path="-")
+    return sys.stdout
 
 
 def _fsync_folder(folder: Path) -> None:

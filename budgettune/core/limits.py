@@ -18,6 +18,7 @@ MAX_DURATION_S = 7 * 86_400.0  # any duration: an SLO, a timeout, --duration, a 
 # requests outlasts any duration budgettune takes (1e-300/s read as p50s of 0.0 ms).
 MIN_RATE_PER_S = 1.0 / MAX_DURATION_S
 MAX_GPUS = 1024  # tensor parallelism
+MAX_REPLAYS = 20  # replays of one budget (--max-replays): each one's schedule is built up front
 MAX_BLOCK_TOKENS = 1 << 16  # KV block size
 MAX_PORT = 65_535
 

@@ -247,6 +247,7 @@ def read_mooncake(path: str, columns: str | None) -> RawRows:
         parts["n"].append(lines)
     cat = {k: (np.concatenate(v) if v else np.empty(0)) for k, v in parts.items()}
     prompt = cat["p"].astype(np.int64)
+    _check_blocks_fit(hashes, prompt, cat["n"].astype(np.int64), path)
     group, tokens = shared_prefixes(hashes, prompt)
     blocks = shared_blocks(hashes, prompt)
     return RawRows(
@@ -261,6 +262,27 @@ def read_mooncake(path: str, columns: str | None) -> RawRows:
         prefix_tokens=tokens if np.any(group >= 0) else None,
         shared_blocks=blocks if np.any(group >= 0) else None,
     )
+
+
+def _check_blocks_fit(
+    hash_ids: list[list[int]], prompt_tokens: IntArray, lines: IntArray, path: str
+) -> None:
+    """Refuse a row whose ``hash_ids`` name more 512-token blocks than its ``input_length``
+    fills (Mooncake's last block is the prompt's remainder): its blocks and its length cannot
+    both be true."""
+    counts = np.array([len(ids) for ids in hash_ids], dtype=np.int64)
+    needed = -(-prompt_tokens // MOONCAKE_BLOCK_TOKENS)
+    bad = np.flatnonzero(counts > needed)
+    if len(bad):
+        i = int(bad[0])
+        block = MOONCAKE_BLOCK_TOKENS
+        raise TraceError(
+            f"{counts[i]:,} blocks of {block} tokens ({counts[i] * block:,} tokens) for an "
+            f"input_length of {int(prompt_tokens[i]):,}, which fills {int(needed[i]):,}",
+            path=path,
+            line=int(lines[i]),
+            field="hash_ids",
+        )
 
 
 def read_vllm_bench(path: str, columns: str | None) -> RawRows:

@@ -5,7 +5,6 @@ writer of budgettune's own JSON Lines format (one request a line).
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from budgettune.core.errors import SpecError
-from budgettune.core.files import atomic_writer, check_overwrite
+from budgettune.core.files import atomic_writer, check_overwrite, stdout_or_error
 from budgettune.core.limits import MAX_DURATION_S, MAX_TOKENS, check_count
 from budgettune.trace.conversations import Turn, turn_lengths
 from budgettune.trace.dists import LengthDist
@@ -284,9 +283,10 @@ def write_jsonl(trace: Trace, path: str | Path) -> None:
     over a trace budgettune wrote only. Raises UserError (field ``output``) when the path is a
     folder, someone else's file or cannot be written, StorageError when the disk is full."""
     if str(path) == "-":
+        stdout = stdout_or_error("the trace")
         for line in jsonl_lines(trace):
-            sys.stdout.write(line + "\n")
-        sys.stdout.flush()
+            stdout.write(line + "\n")
+        stdout.flush()
         return
     target = Path(path)
     check_overwrite(target, is_budgettune_trace, field="output", what="trace file")

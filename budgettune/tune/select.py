@@ -5,11 +5,13 @@ files that carry it: recommendation.json, vllm.yaml or sglang.args."""
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from budgettune.core.units import format_ms
+from budgettune.trace.schema import plural
 from budgettune.tune.candidates import Candidates
 
 if TYPE_CHECKING:  # points are read field by field
@@ -93,6 +95,11 @@ def rate_text(
     """The load in words: "7.2 req/s", or, when the schedule's realised rate differs from the
     asked one by more than 2% (a short Poisson schedule), both: "8 req/s (7.16 realised over
     240 requests)"."""
+    if not math.isfinite(rate_per_s):  # one request, or all at one instant: no rate
+        asked = "" if asked_rate_per_s is None else f"{asked_rate_per_s:.3g} req/s asked, "
+        count = requests or 1
+        what = "a single request" if count == 1 else f"all {plural(count, 'request')} at once"
+        return asked + what
     if asked_rate_per_s is None or abs(rate_per_s / asked_rate_per_s - 1) <= RATE_TOLERANCE:
         return f"{rate_per_s:.3g} req/s"
     over = f" over {requests} requests" if requests else ""

@@ -296,6 +296,7 @@ CASES += [
     ),
     _c("simulate", *SIM, "--tensor-parallel", "0", says="--tensor-parallel"),
     _c("simulate", *SIM, "--tensor-parallel", "3", says="divisible by tensor parallel size (3)"),
+    _c("simulate", *SIM, "-o", "{d}/" + "a" * 300 + "/x", says="File name too long"),
     _c("simulate", *SIM, "--tensor-parallel", "99999999999", says="--tensor-parallel"),
     _c("simulate", *SIM, "--compute-efficiency", "0", says="--compute-efficiency"),
     _c("simulate", *SIM, "--compute-efficiency", "1.5", says="--compute-efficiency"),

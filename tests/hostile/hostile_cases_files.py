@@ -253,6 +253,16 @@ CASES += [
         ),
         "mooncake2.jsonl:1",
     ),
+    # more 512-token blocks than the prompt fills (round 3, class 7)
+    _inspect(
+        "mooncake3.jsonl",
+        _line(
+            '{"timestamp": 0, "input_length": 1500, "output_length": 5, "hash_ids": ['
+            + ", ".join(str(i) for i in range(100))
+            + "]}"
+        ),
+        "mooncake3.jsonl:1: field 'hash_ids': 100 blocks of 512 tokens (51,200 tokens)",
+    ),
     _inspect("azure.csv", CSV_HEAD + b"2023-11-16 18:15:46.6805900,abc,5\n", "azure.csv:2"),
     _inspect("azure2.csv", CSV_HEAD + b"2023-11-16 18:15:46.6805900,1,2,3\n", "azure2.csv:2"),
     _inspect("azure3.csv", CSV_HEAD + b"not a time,1,2\n", "azure3.csv:2"),

@@ -26,6 +26,7 @@ SECRET = "hf_a1b2c3d4e5f6secret"
         ("VLLM_API_KEY", True),
         ("aws_secret_access_key", True),
         ("DB_PASSWORD", True),
+        ("MY_PASSPHRASE", True),
         ("GOOGLE_APPLICATION_CREDENTIALS", True),
         ("VLLM_CPU_KVCACHE_SPACE", False),
         ("CUDA_VISIBLE_DEVICES", False),
@@ -49,6 +50,27 @@ def test_files_show_a_secrets_value_as_stars() -> None:
     assert shown[2:4] == ("--env", "HF_TOKEN=***") and shown[4] == "--env=X_TOKEN=***"
     assert shown[5:7] == ("--env", "OMP_NUM_THREADS=1") and shown[8] == "***"
     assert shown[-2:] == ("--env", "A=--env")
+
+
+def test_a_urls_password_is_hidden_whatever_the_variable_is_called() -> None:
+    assert hide_env(["DATABASE_URL=postgres://u:PW123456@db.local:5432/x"]) == [
+        "DATABASE_URL=postgres://u:***@db.local:5432/x"
+    ]
+    # resume takes such a value from budgettune's environment, or asks for it again
+    with pytest.raises(SpecError, match="DATABASE_URL is a secret"):
+        parse_env(["DATABASE_URL=postgres://u:***@db.local:5432/x"])
+
+
+def test_a_secret_is_hidden_wherever_else_the_command_line_holds_it() -> None:
+    shown = without_secrets([
+        "budgettune", "sweep", "--env", f"HF_TOKEN={SECRET}", "--engine-arg",
+        f"--hf-token {SECRET}", "--api-key", "sk-key-0451", "--engine-cmd",
+        "vllm serve --served-model-name sk-key-0451", "--url", "http://me:pw0451xyz@host:8000",
+    ])  # fmt: skip
+    text = " ".join(shown)
+    for value in (SECRET, "sk-key-0451", "pw0451xyz"):
+        assert value not in text
+    assert "--hf-token ***" in text and "http://me:***@host:8000" in text
 
 
 def test_a_hidden_secret_comes_from_budgettunes_environment_or_is_asked_for(
