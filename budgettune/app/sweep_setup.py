@@ -372,6 +372,7 @@ def model_plan(
     knee_found: bool | None = None  # no profile behind the roofline
     if profile is not None and str(profile) != ANALYTIC:
         loaded = load_profile(profile)
+        check_profile_matches(loaded, profile, request.launch.model, request.launch.gpu)
         step_model, source, kind = (
             profile_step_model(loaded),
             f"calibrated profile {profile}",
@@ -395,6 +396,35 @@ def model_plan(
             "(--gpu names another)"
         )
     return ModelPlan(None, step_model, source, kind, knee_found)
+
+
+def check_profile_matches(loaded: Profile, path: Path, model: str | None, gpu: str | None) -> None:
+    """Refuse a --profile of another model or GPU than the --model and --gpu given (SpecError
+    naming the option): its predictions, and on the built-in engine the replays themselves,
+    would be that model's on that GPU while the run is labelled with these. A model only the
+    engine can resolve (a hub id) is not compared."""
+    from budgettune.core.hardware import resolve_model
+
+    shape = loaded.model.shape
+    if model is not None:
+        try:
+            given = resolve_model(model)
+        except SpecError:
+            given = None
+        dims = ("layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "vocab")
+        if given is not None and any(getattr(given, d) != getattr(shape, d) for d in dims):
+            raise SpecError(
+                f"{path} is a profile of {shape.name}, not of {given.name}; give a profile of "
+                "the model the sweep runs, or drop --model",
+                field="model",
+            )
+    preset = loaded.hardware.preset
+    if gpu is not None and preset is not None and resolve_gpu(gpu).name != preset:
+        raise SpecError(
+            f"{path} was measured on {preset}, not on {resolve_gpu(gpu).name}; give a profile "
+            "of the GPU the sweep runs on, or drop --gpu",
+            field="gpu",
+        )
 
 
 def _profiled_engine(

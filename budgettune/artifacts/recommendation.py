@@ -29,6 +29,7 @@ from budgettune.artifacts.results import Results, load_results
 from budgettune.core.errors import UserError
 from budgettune.core.fields import Fields, check_schema, read_json_object
 from budgettune.core.files import write_atomic
+from budgettune.core.limits import MAX_TOKENS
 from budgettune.core.units import finite_or_none
 from budgettune.engines.registry import prefix_caching_default
 from budgettune.tune.candidates import Candidates
@@ -311,29 +312,39 @@ def _document(
         finished=finished,
         points=points,
         settings=settings,
-        budget=fields.integer_or_none("budget"),
+        budget=fields.integer_or_none("budget", minimum=1, maximum=MAX_TOKENS),
         headline=None if choice is None else choice.text_or_none("headline"),
-        reasons=() if choice is None else tuple(str(r) for r in choice.data.get("reasons") or ()),
-        slo_tbt_ms=None if slo is None else slo.number_or_none("tbt_ms"),
-        slo_ttft_ms=None if slo is None else slo.number_or_none("ttft_ms"),
-        percentile=None if slo is None else slo.number_or_none("percentile"),
-        rate_per_s=None if load is None else load.number_or_none("rate_per_s"),
+        reasons=() if choice is None else choice.texts_or_empty("reasons"),
+        slo_tbt_ms=None if slo is None else slo.number_or_none("tbt_ms", minimum=0),
+        slo_ttft_ms=None if slo is None else slo.number_or_none("ttft_ms", minimum=0),
+        percentile=None
+        if slo is None
+        else slo.number_or_none("percentile", minimum=0, maximum=100),
+        rate_per_s=None if load is None else load.number_or_none("rate_per_s", minimum=0),
         traffic=None if load is None else load.text_or_none("traffic"),
         engine_name=None if engine is None else engine.text_or_none("name"),
-        default_budget=None if engine is None else engine.integer_or_none("default_budget"),
+        default_budget=(
+            None
+            if engine is None
+            else engine.integer_or_none("default_budget", minimum=1, maximum=MAX_TOKENS)
+        ),
         model_source=source,
         model_source_kind=kind,
         hardware=fields.mapping_or_none("hardware") or {},
         candidate_budgets=()
         if candidates is None
-        else tuple(int(b) for b in candidates.data.get("budgets") or ()),
-        ridge_tokens=None if candidates is None else candidates.number_or_none("ridge_tokens"),
+        else candidates.integers_or_empty("budgets", minimum=1, maximum=MAX_TOKENS),
+        ridge_tokens=(
+            None if candidates is None else candidates.number_or_none("ridge_tokens", minimum=0)
+        ),
         knee_found=None if candidates is None else candidates.flag_or_none("knee_found"),
-        decode_batch=None if candidates is None else candidates.number_or_none("decode_batch"),
+        decode_batch=(
+            None if candidates is None else candidates.number_or_none("decode_batch", minimum=0)
+        ),
         predictions=predictions,
-        launches=fields.integer_or_none("launches"),
-        wall_s=fields.number_or_none("wall_s"),
-        command=tuple(str(a) for a in fields.data.get("command") or ()),
+        launches=fields.integer_or_none("launches", minimum=0),
+        wall_s=fields.number_or_none("wall_s", minimum=0),
+        command=fields.texts_or_empty("command"),
         budgettune_version=fields.text_or_none("budgettune_version"),
         raw=fields.data,
         pairs=None if pairs is None else read_pair_grid(pairs),

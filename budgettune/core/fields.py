@@ -129,6 +129,29 @@ class Fields:
             self.fail(name, "a list", value)
         return value
 
+    def texts_or_empty(self, name: str) -> tuple[str, ...]:
+        """A list of texts (absent or null: none); a text alone or a number is refused, not
+        read character by character."""
+        if self._get(name, False) is None:
+            return ()
+        found = self.items(name)
+        if not all(isinstance(item, str) for item in found):
+            self.fail(name, "a list of texts", found)
+        return tuple(found)
+
+    def integers_or_empty(
+        self, name: str, *, minimum: int | None = None, maximum: int | None = None
+    ) -> tuple[int, ...]:
+        """A list of whole numbers within the bounds (absent or null: none)."""
+        if self._get(name, False) is None:
+            return ()
+        found = self.items(name)
+        for item in found:
+            if isinstance(item, bool) or not isinstance(item, int):
+                self.fail(name, "a list of whole numbers", found)
+            self._bounded(name, item, minimum, maximum)
+        return tuple(found)
+
 
 def check_schema(data: Mapping[str, Any], where: str, supported: int) -> int:
     """The document's ``schema_version``: a whole number this budgettune reads, else UserError

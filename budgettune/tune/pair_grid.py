@@ -144,7 +144,8 @@ class PairGrid:
 
 
 def read_pair_grid(fields: Fields) -> PairGrid:
-    """recommendation.json's ``pairs``, validated (UserError naming the field otherwise)."""
+    """recommendation.json's ``pairs``, validated (UserError naming the field otherwise): every
+    figure in its range, every entry and the chosen pair on the grid, an entry for each pair."""
     budgets = tuple(_positive_ints(fields, "budgets"))
     seqs_values = tuple(_positive_ints(fields, "max_num_seqs"))
     chosen_fields = fields.child_or_none("chosen")
@@ -153,22 +154,29 @@ def read_pair_grid(fields: Fields) -> PairGrid:
         if chosen_fields is None
         else (chosen_fields.integer("budget"), chosen_fields.integer("max_num_seqs"))
     )
+    if chosen is not None and (chosen[0] not in budgets or chosen[1] not in seqs_values):
+        fields.fail("chosen", "a pair of the grid's budgets and max_num_seqs", list(chosen))
     cells = []
-    for index, item in enumerate(fields.items("entries")):
+    entries = fields.items("entries")
+    if len(entries) != len(budgets) * len(seqs_values):
+        fields.fail("entries", f"{len(budgets) * len(seqs_values)} pairs (the grid)", entries)
+    for index, item in enumerate(entries):
         entry = Fields.of(item, f"{fields.where}.entries[{index}]")
         cells.append(PairCell(
             budget=entry.integer("budget", minimum=1),
             max_num_seqs=entry.integer("max_num_seqs", minimum=1),
-            predicted_tbt_ms=entry.number_or_none("predicted_tbt_ms"),
-            predicted_ttft_ms=entry.number_or_none("predicted_ttft_ms"),
+            predicted_tbt_ms=entry.number_or_none("predicted_tbt_ms", minimum=0),
+            predicted_ttft_ms=entry.number_or_none("predicted_ttft_ms", minimum=0),
             measured=entry.flag("measured"),
             status=entry.text_or_none("status"),
-            tbt_ms=entry.number_or_none("tbt_ms"),
-            ttft_ms=entry.number_or_none("ttft_ms"),
+            tbt_ms=entry.number_or_none("tbt_ms", minimum=0),
+            ttft_ms=entry.number_or_none("ttft_ms", minimum=0),
             ok=entry.flag_or_none("ok"),
             feasible=entry.flag_or_none("feasible"),
-            goodput_per_s=entry.number_or_none("goodput_per_s"),
+            goodput_per_s=entry.number_or_none("goodput_per_s", minimum=0),
         ))  # fmt: skip
+        if cells[-1].budget not in budgets or cells[-1].max_num_seqs not in seqs_values:
+            entry.fail("budget", "a pair of the grid's budgets and max_num_seqs", item)
     return PairGrid(
         budgets, seqs_values, chosen, fields.integer("launches", minimum=0), tuple(cells)
     )

@@ -44,10 +44,13 @@ class Fifo:
 @dataclass(frozen=True, slots=True)
 class Patch:
     """The fixture's JSON document (``sweep.json``) with ``key`` set to the JSON text ``value``
-    (``None``: the key removed); ``options.NAME`` sets one of its saved options."""
+    (``None``: the key removed); a dotted key reaches inside (``options.NAME``,
+    ``choice.reasons``, ``probes.0.prompt_tokens``). ``shipped_profile``: start from the
+    shipped profile (the file is not in the fixture)."""
 
     key: str
     value: str | None
+    shipped_profile: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from hostile_cases import (
     Content,
     Fifo,
     Kind,
+    Patch,
     Sparse,
     _c,
     _json_source_cases,
@@ -447,6 +448,47 @@ CASES += [
         "/proc/budgettune-x/r.html",
         needs=_RESULTS,
         says="/proc",
+    ),
+    # documents read back, every field checked (round 3, class 1)
+    *(
+        _c(
+            "report",
+            "report",
+            "{run}",
+            "-o",
+            "{d}/x.html",
+            files=(("run/recommendation.json", Patch(key, value)),),
+            needs=frozenset({"run"}),
+            says=says,
+        )
+        for key, value, says in (
+            ("choice.reasons", "5", "field 'choice.reasons'"),
+            ("choice.reasons", '"Hello"', "field 'choice.reasons'"),
+            ("candidates.budgets", '["abc"]', "field 'candidates.budgets'"),
+            ("candidates.budgets", "5", "field 'candidates.budgets'"),
+            ("command", "7", "field 'command'"),
+            ("slo.percentile", "250", "field 'slo.percentile'"),
+        )
+    ),
+    *(
+        _c(
+            "report",
+            "report",
+            "{d}/profile.json",
+            "-o",
+            "{d}/x.html",
+            files=(("profile.json", Patch(key, value, shipped_profile=True)),),
+            says=says,
+        )
+        for key, value, says in (
+            ("step.sharpness", "-1", "step.sharpness"),
+            ("step.sharpness", "1e308", "step.sharpness"),
+            ("probes.0.prompt_tokens", "0", "prompt_tokens"),
+            ("ridge.knee_tokens", "-100", "ridge.knee_tokens"),
+            ("step.comm_fixed_s", "-1", "step.comm_fixed_s"),
+            ("step.unsplit_per_token_s", "-0.5", "step.unsplit_per_token_s"),
+            ("step.flops_per_s", "1e308", "step.flops_per_s"),
+        )
     ),
     _c(
         "report",

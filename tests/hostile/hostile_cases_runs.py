@@ -141,6 +141,15 @@ CASES += [
     # configs the engine refuses, refused with its own rule (round 3, class 2)
     _sw("--tensor-parallel-size", "3", says=SPLIT_RULE),
     _sw("--budgets", "256,512", "--max-num-seqs", "1024", says=SEQS_RULE),
+    # a profile of another model or GPU than the run's (round 3, class 7)
+    _sw(
+        "--profile",
+        "{profile}",
+        "--model",
+        "llama-3.1-70b",
+        says="is a profile of llama-3.1-8b, not of llama-3.1-70b",
+    ),
+    _sw("--profile", "{profile}", "--gpu", "a100-40g", says="measured on h100-sxm, not on"),
     # hangs and OS limits (round 3, classes 4 and 5)
     _sw("--max-replays", "1000000000", says="--max-replays: 1,000,000,000 is more than"),
     _sw("--trace", "{trace}", "--time-scale", "1e-6", says="a run takes at most 7 days"),

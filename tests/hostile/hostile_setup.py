@@ -55,9 +55,14 @@ def make_fixtures(root: Path, budgettune: Callable[[Sequence[str]], None]) -> Fi
 
 def _patched(document: str, key: str, value: str | None) -> str:
     data = json.loads(document)
-    target, name = data, key
-    if key.startswith("options."):
-        target, name = data["options"], key.split(".", 1)[1]
+    *path, name = key.split(".")
+    target = data
+    for part in path:  # a list's item by its index
+        target = target[int(part)] if isinstance(target, list) else target[part]
+    if isinstance(target, list):  # an item is replaced, never removed
+        assert value is not None
+        target[int(name)] = "__PATCH__"
+        return json.dumps(data).replace('"__PATCH__"', value, 1)
     if value is None:
         target.pop(name, None)
         return json.dumps(data)
@@ -85,7 +90,8 @@ def _write(path: Path, content: object, writers: list[threading.Thread]) -> None
         writer.start()
         writers.append(writer)
     elif isinstance(content, Patch):
-        path.write_text(_patched(path.read_text(), content.key, content.value))
+        base = PROFILE if content.shipped_profile else path
+        path.write_text(_patched(base.read_text(), content.key, content.value))
     elif isinstance(content, PatchLine):
         first, _, rest = path.read_text().partition("\n")
         path.write_text(_patched(first, content.key, content.value) + "\n" + rest)
