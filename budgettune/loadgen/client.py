@@ -78,10 +78,11 @@ class SSEParser:
     the end when their text was empty (SGLang closes with an empty chunk for finish_reason).
     """
 
-    __slots__ = ("_buffer", "_cumulative", "_empty", "_usage_counted", "result")
+    __slots__ = ("_buffer", "_cumulative", "_empty", "_usage_counted", "data_events", "result")
 
     def __init__(self, result: StreamResult) -> None:
         self.result = result
+        self.data_events = 0  # data lines seen: SSE comments (": keepalive") are not progress
         self._buffer = b""
         self._cumulative = 0
         self._empty: list[bool] = []  # per recorded chunk: its text was empty
@@ -100,6 +101,7 @@ class SSEParser:
                     self._on_data(line[5:].strip(), arrival_ns)
 
     def _on_data(self, payload: bytes, arrival_ns: int) -> None:
+        self.data_events += 1
         result = self.result
         if payload == b"[DONE]":
             result.done = True
@@ -270,8 +272,22 @@ async def _stream(client: httpx.AsyncClient, request: httpx.Request, result: Str
                 text = await response.aread()
                 result.error = f"http {response.status_code}: {_error_message(text)}"
                 return
+            # --request-timeout bounds a stall: httpx's read timeout restarts on any bytes,
+            # so a server sending only SSE comments (": keepalive") is timed here, by data.
+            stall_ns = int(client.timeout.read * 1e9) if client.timeout.read else None
+            last_data_ns, seen = time.monotonic_ns(), 0
             async for data in response.aiter_raw():
-                parser.feed(data, arrival_ns(response))
+                now_ns = arrival_ns(response)
+                parser.feed(data, now_ns)
+                if parser.data_events != seen:
+                    last_data_ns, seen = now_ns, parser.data_events
+                elif stall_ns is not None and now_ns - last_data_ns > stall_ns:
+                    result.error = (
+                        f"timeout (no data for {stall_ns / 1e9:g} s, only SSE comments) after "
+                        f"{result.tokens} tokens"
+                    )
+                    result.finished_ns = now_ns
+                    return
             result.finished_ns = arrival_ns(response)
         finally:
             await response.aclose()

@@ -197,7 +197,12 @@ async def serve(
             on_ready(f"http://{config.host}:{port}", banner)
         await asyncio.wait({runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
         if runner.done():
-            runner.result()  # re-raise the core's crash
+            try:
+                runner.result()  # re-raise the core's crash
+            except OSError as error:  # the one file the core writes: the emission log
+                if config.emission_log is None:
+                    raise
+                raise storage_error(error, config.emission_log, field="emission_log") from None
     finally:
         server.close()
         for task in (runner, stopper, watchdog):
@@ -206,5 +211,14 @@ async def serve(
         for sig in handled:
             loop.remove_signal_handler(sig)
         if log is not None:
-            log.close()
+            _close_emission_log(log, config.emission_log)
     return core.lateness_summary()
+
+
+def _close_emission_log(log: IO[str], path: Path | None) -> None:
+    """Close the emission CSV; its last buffered rows are written now, so a full disk shows
+    here too, and is named against the file, not the port."""
+    try:
+        log.close()
+    except OSError as error:
+        raise storage_error(error, path or Path("emission log"), field="emission_log") from None
