@@ -58,7 +58,7 @@ from budgettune.app.traffic import (
     check_live_span,
     max_model_len_tokens,
 )
-from budgettune.artifacts.runfolder import read_settings
+from budgettune.artifacts.runfolder import load_points, read_settings
 from budgettune.artifacts.sweep_options import (
     OPTIONS_KEY,
     read_saved_options,
@@ -477,7 +477,11 @@ def _say_setup(
             f"({'its /server_info' if told else 'as given with --baseline'}): measured as it runs"
         )
     if request.resume is not None:
-        say(f"resuming {run_dir}: {len(finished)} budget(s) already measured")
+        if tunes_seqs(request.launch):  # a two-knob sweep keeps its pairs by max-num-seqs value
+            pairs = sum(len(load_points(folder)) for folder in sorted(run_dir.glob("seqs-*")))
+            say(f"resuming {run_dir}: {pairs} pair(s) (budget with max-num-seqs) already measured")
+        else:
+            say(f"resuming {run_dir}: {len(finished)} budget(s) already measured")
 
 
 @dataclass(slots=True, frozen=True)

@@ -264,6 +264,13 @@ def sweep_input(
         settings = read_settings_file(settings_path) if settings_path.is_file() else {}
         points = load_points(run_dir)
         if not points:
+            pairs = sum(len(load_points(folder)) for folder in sorted(run_dir.glob("seqs-*")))
+            if pairs:  # a two-knob sweep keeps its pairs by max-num-seqs value until it ends
+                raise UserError(
+                    f"report: {run_dir}: the two-knob sweep has finished {pairs} pair(s) "
+                    "(budget with max-num-seqs) and writes its page when it ends; resume it "
+                    f"with budgettune sweep --resume {run_dir}"
+                )
             raise UserError(f"report: {run_dir}: the sweep has no finished budget yet")
         document = unfinished_document(settings, points)
     return _sweep_report(document, run_dir, slo, report_dir, {})

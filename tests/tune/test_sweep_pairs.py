@@ -118,11 +118,20 @@ def test_parallel_slots_verify_pairs_side_by_side_and_resume_runs_only_what_is_m
     lost = json.loads(kept[-1])
     at_64.write_text("".join(line + "\n" for line in kept[:-1]))
     (tmp_path / "run" / "recommendation.json").unlink()
+    # unfinished: the report names the pairs it holds, and --resume counts them
+    page = subprocess.run(
+        [*budgettune_cmd, "report", str(tmp_path / "run"), "-o", str(tmp_path / "p.html")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert page.returncode == 2
+    assert f"has finished {len(points) - 1} pair(s)" in " ".join(page.stderr.split())
     resumed = subprocess.run(
         [*budgettune_cmd, "sweep", "--resume", str(tmp_path / "run")],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    said = " ".join((resumed.stdout + resumed.stderr).split())
+    assert f"{len(points) - 1} pair(s) (budget with max-num-seqs) already measured" in said
     again = json.loads((tmp_path / "run" / "recommendation.json").read_text())
     assert (again["budget"], again["max_num_seqs"]) == (1024, 64)
     assert again["pairs"]["launches"] == 1, again["pairs"]["entries"]
