@@ -6,12 +6,14 @@ loads only when a profile is fitted, not at CLI start-up.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from budgettune import __version__
+from budgettune.core.errors import SpecError
 from budgettune.core.hardware import ModelShape, dtype_bytes, resolve_gpu
 from budgettune.model.calibration import CalibrationChoice
 from budgettune.model.profile import (
@@ -86,6 +88,28 @@ def fit_profile(
     return ridge, step
 
 
+def check_times_grow(probes: Sequence[Probe], path: Path) -> None:
+    """Refuse iteration times that fall as the work grows: more prompt tokens (the prefill
+    series) or more decoders (the decode series) never take less time in one engine, so a file
+    whose trend falls holds something else (swapped columns, another unit), and any fit of it
+    would invent a ridge (SpecError on ``from_csv``)."""
+    for series, size in (("prefill", "prompt_tokens"), ("decode", "batch")):
+        found = [p for p in probes if p.series == series]
+        sizes = np.array([getattr(p, size) for p in found], dtype=np.float64)
+        if len(found) < 2 or np.ptp(sizes) == 0:
+            continue
+        times = np.array([p.median_s for p in found], dtype=np.float64)
+        slope = float(np.polyfit(sizes, times, 1)[0])
+        if slope < 0:
+            unit = "token" if series == "prefill" else "decoder"
+            raise SpecError(
+                f"{path}: {series} times fall as the {series} grows ({slope * 1e6:+.3g} us a "
+                f"{unit} over {sizes.min():.0f}-{sizes.max():.0f}); iteration times of one "
+                "engine grow with the work: check the columns and the unit (ms)",
+                field="from_csv",
+            )
+
+
 def imported_profile(
     path: Path,
     *,
@@ -107,6 +131,7 @@ def imported_profile(
     from budgettune.profiling.imported import read_iteration_csv
 
     probes = read_iteration_csv(path, field="from_csv")
+    check_times_grow(probes, path)
     dtype = "bfloat16" if dtype == "auto" else dtype
     weight_bytes = dtype_bytes(dtype)
     if gpu_name.strip().lower() == "auto":

@@ -374,7 +374,23 @@ CASES += [
 
 # --- profile ---------------------------------------------------------------------------------
 PR = ("profile", "--engine", "analytic", "--model", "llama-3.1-8b", "--gpu", "h100-sxm")
+# iteration times that fall as the prompt grows: no engine's (round 3, class 7)
+FALLING = b"prefill_tokens,decode_batch,context_tokens,ms\n" + b"".join(
+    b"%d,0,0,%.3f\n" % (tokens, 50 - tokens / 100) for tokens in (64, 256, 1024, 4096)
+)
 CASES += [
+    _c(
+        "profile",
+        "profile",
+        "--from",
+        "{d}/fall.csv",
+        "--model",
+        "llama-3.1-8b",
+        "-o",
+        "{d}/p.json",
+        files=(("fall.csv", FALLING),),
+        says="prefill times fall as the prefill",
+    ),
     _c("profile", *PR, "--max-tokens", "0", says="--max-tokens"),
     _c("profile", *PR, "--max-tokens", "abc", says="--max-tokens"),
     _c("profile", *PR, "--max-tokens", "99999999999", says="--max-tokens"),
