@@ -10,7 +10,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from budgettune.app.requests import ClientRequest
-from budgettune.core.auth import HIDDEN, hide_env, hide_values, secret_values
+from budgettune.core.auth import (
+    HIDDEN,
+    hide_env,
+    hide_values,
+    register_secrets,
+    secret_values,
+)
 from budgettune.core.errors import SpecError
 from budgettune.core.limits import MAX_SEQS, check_count
 from budgettune.core.units import parse_duration_s
@@ -132,6 +138,8 @@ def client_settings(request: ClientRequest) -> ClientSettings:
     if request.concurrency is not None:
         check_count(request.concurrency, field="concurrency", maximum=MAX_SEQS, what="requests")
     key = (request.api_key or "").strip() or None
+    if key is not None:
+        register_secrets([key])  # hidden in every file, wherever else it appears
     form = request.prompt_form.strip().lower()
     if form not in PROMPT_FORMS:
         raise SpecError(

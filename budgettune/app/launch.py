@@ -13,7 +13,13 @@ from pathlib import Path
 
 from budgettune.app.baseline import Baseline
 from budgettune.app.requests import DEFAULT_MODEL, LaunchRequest, SweepRequest
-from budgettune.core.auth import HIDDEN, check_api_key, has_hidden_userinfo, secret_name
+from budgettune.core.auth import (
+    HIDDEN,
+    check_api_key,
+    has_hidden_userinfo,
+    register_secrets,
+    secret_name,
+)
 from budgettune.core.errors import SpecError, shorten
 from budgettune.core.hardware import ModelShape, check_model_len, check_split, resolve_model
 from budgettune.core.limits import MAX_GPUS, MAX_SEQS, check_count, check_share
@@ -53,10 +59,12 @@ def parse_env(items: tuple[str, ...] | list[str]) -> dict[str, str]:
                     f"budgettune's environment, or give every --env again",
                     field="env",
                     hint="budgettune writes no secret into a run folder (HF_TOKEN, *_API_KEY, "
-                    "*_SECRET*, *_PASSWORD: their values read ***)",
+                    "*_SECRET*, *_PASSWORD: their values read ***, and so does a URL's "
+                    "password)",
                 )
             value = os.environ[key]
         env[key] = value
+    register_secrets([v for k, v in env.items() if secret_name(k)])  # hidden in every file
     return env
 
 

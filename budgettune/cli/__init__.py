@@ -161,6 +161,9 @@ class _Group(Group):
             return super().main(args, prog_name, complete_var, standalone_mode=False, **forward)
         argv = list(sys.argv[1:] if args is None else args)
         self.argv = argv  # for Command: which spelling of an option the user typed
+        from budgettune.core.auth import forget_secrets
+
+        forget_secrets()  # each command hides the secrets it is given, none before
         try:
             result = super().main(argv, prog_name, complete_var, standalone_mode=False, **forward)
         except _click.exceptions.NoArgsIsHelpError as error:

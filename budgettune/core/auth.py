@@ -92,3 +92,32 @@ def bearer_headers(api_key: str | None) -> dict[str, str]:
     """``Authorization: Bearer KEY`` for a server started with ``--api-key``; none without."""
     check_api_key(api_key)
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+# The secrets this command was given (the API key, each secret --env value): every file
+# budgettune writes hides them wherever they appear (core/files), not only where they were typed.
+_GIVEN: set[str] = set()
+
+
+def register_secrets(values: Sequence[str]) -> None:
+    """Add ``values`` to the secrets every written file hides (those of at least
+    MIN_SECRET_CHARS characters)."""
+    _GIVEN.update(value for value in values if len(value) >= MIN_SECRET_CHARS)
+
+
+def forget_secrets() -> None:
+    """A new command starts with none (the CLI calls this first)."""
+    _GIVEN.clear()
+
+
+def hide_given(text: str) -> str:
+    """``text`` with every registered secret written ``***``."""
+    if not _GIVEN:
+        return text
+    for value in sorted(_GIVEN, key=len, reverse=True):
+        text = text.replace(value, HIDDEN)
+    return text
+
+
+def secrets_given() -> bool:
+    return bool(_GIVEN)

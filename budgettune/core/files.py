@@ -23,8 +23,9 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any, TextIO
+from typing import IO, Any, TextIO, cast
 
+from budgettune.core.auth import hide_given, secrets_given
 from budgettune.core.errors import BudgettuneError, StorageError, UserError, shorten
 
 # errno values that say the machine, not the path, is to blame
@@ -115,7 +116,7 @@ def atomic_writer(
         raise storage_error(error, path, field=field) from None
     try:
         with handle:
-            yield handle
+            yield handle if binary or not secrets_given() else cast(IO[Any], _Hiding(handle))
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
@@ -126,6 +127,20 @@ def atomic_writer(
         tmp.unlink(missing_ok=True)
         raise
     _fsync_folder(path.parent)
+
+
+class _Hiding:
+    """A text handle that writes every secret the command was given as ``***`` (a JSON or CSV
+    writer writes a value in one piece, so a secret is never split across two writes)."""
+
+    def __init__(self, handle: IO[Any]) -> None:
+        self._handle = handle
+
+    def write(self, text: str) -> int:
+        return self._handle.write(hide_given(text))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._handle, name)
 
 
 def make_folder(folder: Path, *, field: str | None = None) -> None:
@@ -156,7 +171,7 @@ def append_line(path: Path, line: str, *, reserve: Path | None = None) -> bool:
     is cut back off; then, with a ``reserve``, the reserve is removed and the line written into
     the space it held. Returns True when the reserve was used (the disk is full: the caller
     should stop); raises StorageError (or UserError) when the line could not be written."""
-    data = (line.rstrip("\n") + "\n").encode("utf-8")
+    data = (hide_given(line).rstrip("\n") + "\n").encode("utf-8")
     try:
         _append(path, data)
         return False

@@ -93,13 +93,18 @@ def test_no_file_of_a_sweep_holds_the_secret_and_resume_asks_for_it(
     out = tmp_path / "run"
     args = ["sweep", "--engine", "sim", "--slo-tbt", "50ms", "--requests", "10",
             "--budgets", "512", "-o", str(out)]  # fmt: skip
-    env_args = ["--env", f"HF_TOKEN={SECRET}", "--env", "OMP_NUM_THREADS=1"]
+    # the secret typed a second time, where no name says it is one (the engine's served model
+    # name lands in points.jsonl and every results file): hidden there too, by its value
+    env_args = ["--env", f"HF_TOKEN={SECRET}", "--env", "OMP_NUM_THREADS=1",
+                "--env", "DATABASE_URL=postgres://me:pw0451xyz@db/x",
+                "--engine-arg", f"--served-model-name {SECRET}"]  # fmt: skip
     done = subprocess.run([*budgettune_cmd, *args, *env_args], capture_output=True, text=True,
                           timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr
     files = [p for p in out.rglob("*") if p.is_file()]
     assert len(files) >= 5
     assert not [p for p in files if SECRET.encode() in p.read_bytes()]
+    assert not [p for p in files if b"pw0451xyz" in p.read_bytes()]
     assert "HF_TOKEN=***" in (out / "sweep.json").read_text()
     assert "OMP_NUM_THREADS=1" in (out / "sweep.json").read_text()
     # --resume: without the secret in budgettune's environment it is asked for, naming it
@@ -111,6 +116,7 @@ def test_no_file_of_a_sweep_holds_the_secret_and_resume_asks_for_it(
     assert "HF_TOKEN is a secret the saved sweep does not keep" in said
     assert "Traceback" not in said
     again = subprocess.run([*budgettune_cmd, "sweep", "--resume", str(out)], capture_output=True,
-                           text=True, timeout=300, env={**clean, "HF_TOKEN": SECRET})  # fmt: skip
+                           text=True, timeout=300, env={**clean, "HF_TOKEN": SECRET,
+                           "DATABASE_URL": "postgres://me:pw0451xyz@db/x"})  # fmt: skip
     assert again.returncode == 0, again.stderr
     assert not [p for p in out.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
