@@ -54,24 +54,16 @@ def with_engine_config(request: Request, *, tunes_seqs: bool = False) -> Request
     check_config_keys(
         config, managed_keys(keys, tunes_seqs=tunes_seqs), _given(launch, traffic, keys)
     )
-    lifted_launch: dict[str, Any] = {}
-    for flags, field_name in ((keys.model, "model"), (keys.dtype, "dtype")):
-        for flag in flags:
-            if config.has(flag):
-                lifted_launch[field_name] = _text(config, flag)
-    if config.has(keys.max_num_seqs):
-        lifted_launch["max_num_seqs"] = str(_whole(config, keys.max_num_seqs))
-    for flag in keys.tensor_parallel_size:
-        if config.has(flag):
-            lifted_launch["tensor_parallel_size"] = _whole(config, flag)
-    for flag in keys.gpu_memory_utilization:
-        if config.has(flag):
-            lifted_launch["gpu_memory_utilization"] = _share(config, flag)
-    new_launch = dataclasses.replace(launch, **lifted_launch)
-    new_traffic = traffic
-    for flag in keys.max_model_len:
-        if config.has(flag):
-            new_traffic = dataclasses.replace(traffic, max_model_len=str(config.value(flag)))
+    found = modelled_settings(config, keys)
+    max_model_len = found.pop("max_model_len", None)
+    if "max_num_seqs" in found:  # the request keeps --max-num-seqs as text (it takes a list)
+        found["max_num_seqs"] = str(found["max_num_seqs"])
+    new_launch = dataclasses.replace(launch, **found)
+    new_traffic = (
+        traffic
+        if max_model_len is None
+        else dataclasses.replace(traffic, max_model_len=max_model_len)
+    )
     return dataclasses.replace(request, launch=new_launch, traffic=new_traffic)  # type: ignore[type-var]
 
 
@@ -107,16 +99,32 @@ def profile_engine_config(
         if config.has(flag) and str(config.value(flag)) != model:
             given[f"--{flag}"] = f"--model {model}"
     check_config_keys(config, managed_keys(keys, tunes_seqs=False), given)
-    found = ProfileFileSettings(path=config.path)
-    for flag in keys.dtype:
-        if config.has(flag):
-            found = dataclasses.replace(found, dtype=_text(config, flag))
-    for flag in keys.tensor_parallel_size:
-        if config.has(flag):
-            found = dataclasses.replace(found, tensor_parallel_size=_whole(config, flag))
-    for flag in keys.gpu_memory_utilization:
-        if config.has(flag):
-            found = dataclasses.replace(found, gpu_memory_utilization=_share(config, flag))
+    found = modelled_settings(config, keys)
+    return ProfileFileSettings(
+        path=config.path,
+        dtype=found.get("dtype"),
+        tensor_parallel_size=found.get("tensor_parallel_size"),
+        gpu_memory_utilization=found.get("gpu_memory_utilization"),
+    )
+
+
+def modelled_settings(config: EngineConfigFile, keys: ConfigFileKeys) -> dict[str, Any]:
+    """The settings budgettune models that the file gives, checked, by the request's field name
+    (model, dtype, max_num_seqs, tensor_parallel_size, gpu_memory_utilization, max_model_len),
+    whichever of the engine's spellings the file uses."""
+    readers = (
+        ("model", keys.model, _text),
+        ("dtype", keys.dtype, _text),
+        ("max_num_seqs", (keys.max_num_seqs,), _whole),
+        ("tensor_parallel_size", keys.tensor_parallel_size, _whole),
+        ("gpu_memory_utilization", keys.gpu_memory_utilization, _share),
+        ("max_model_len", keys.max_model_len, _text),  # as written ("8k"): parsed with the option
+    )
+    found: dict[str, Any] = {}
+    for field_name, flags, read in readers:
+        for flag in flags:
+            if config.has(flag):
+                found[field_name] = read(config, flag)
     return found
 
 

@@ -103,7 +103,7 @@ def launch_spec(
         raise SpecError(f"one value here, got {launch.max_num_seqs!r}", field="max_num_seqs")
     if launch.tensor_parallel_size is not None:
         check_count(launch.tensor_parallel_size, field="tensor_parallel_size", maximum=MAX_GPUS)
-        shape = _known_shape(model or (DEFAULT_MODEL if engine == "sim" else None))
+        shape = known_shape(model or (DEFAULT_MODEL if engine == "sim" else None))
         if shape is not None:  # the engine would refuse the split at its start: refuse it now
             check_split(shape, launch.tensor_parallel_size, field="tensor_parallel_size")
     extra: list[str] = []
@@ -344,12 +344,13 @@ def budgets_taken(
     below it are left out (the engine would refuse them), and when that leaves none, the first
     multiple of ``align`` at or above it."""
     from budgettune.engines.registry import budget_seqs_rule
+    from budgettune.tune.candidates import round_up
 
     rule = budget_seqs_rule(engine)
     if rule is None or max_num_seqs is None:
         return tuple(budgets)
     kept = tuple(budget for budget in budgets if rule(budget, max_num_seqs) is None)
-    return kept or (-(-max_num_seqs // align) * align,)
+    return kept or (round_up(max_num_seqs, align),)
 
 
 def refused_pairs(
@@ -369,7 +370,7 @@ def refused_pairs(
     )
 
 
-def _known_shape(model: str | None) -> ModelShape | None:
+def known_shape(model: str | None) -> ModelShape | None:
     """The model's shape when budgettune can read it here (a preset, a config.json or a model
     folder); None for a model id only the engine resolves."""
     if model is None:

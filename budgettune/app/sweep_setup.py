@@ -26,6 +26,7 @@ from budgettune.app.launch import (
     budget_spec,
     check_budgets_hold_seqs,
     external_budget,
+    known_shape,
     launch_spec,
     max_num_seqs_values,
     resolve_engine,
@@ -58,7 +59,7 @@ from budgettune.app.traffic import (
     check_live_span,
     max_model_len_tokens,
 )
-from budgettune.artifacts.runfolder import load_points, read_settings
+from budgettune.artifacts.runfolder import pair_points_count, read_settings
 from budgettune.artifacts.sweep_options import (
     OPTIONS_KEY,
     read_saved_options,
@@ -403,16 +404,11 @@ def check_profile_matches(loaded: Profile, path: Path, model: str | None, gpu: s
     naming the option): its predictions, and on the built-in engine the replays themselves,
     would be that model's on that GPU while the run is labelled with these. A model only the
     engine can resolve (a hub id) is not compared."""
-    from budgettune.core.hardware import resolve_model
-
     shape = loaded.model.shape
-    if model is not None:
-        try:
-            given = resolve_model(model)
-        except SpecError:
-            given = None
+    given = known_shape(model)
+    if given is not None:
         dims = ("layers", "hidden", "heads", "kv_heads", "head_dim", "intermediate", "vocab")
-        if given is not None and any(getattr(given, d) != getattr(shape, d) for d in dims):
+        if any(getattr(given, d) != getattr(shape, d) for d in dims):
             raise SpecError(
                 f"{path} is a profile of {shape.name}, not of {given.name}; give a profile of "
                 "the model the sweep runs, or drop --model",
@@ -478,7 +474,7 @@ def _say_setup(
         )
     if request.resume is not None:
         if tunes_seqs(request.launch):  # a two-knob sweep keeps its pairs by max-num-seqs value
-            pairs = sum(len(load_points(folder)) for folder in sorted(run_dir.glob("seqs-*")))
+            pairs = pair_points_count(run_dir)
             say(f"resuming {run_dir}: {pairs} pair(s) (budget with max-num-seqs) already measured")
         else:
             say(f"resuming {run_dir}: {len(finished)} budget(s) already measured")

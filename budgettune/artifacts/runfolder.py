@@ -191,6 +191,14 @@ def load_points(run_dir: Path) -> list[Point]:
     return points
 
 
+PAIRS_FOLDERS = "seqs-*"  # a two-knob sweep's pairs, one folder per max-num-seqs value
+
+
+def pair_points_count(run_dir: Path) -> int:
+    """The pairs a two-knob sweep's run folder has finished (its ``seqs-S`` folders' points)."""
+    return sum(len(load_points(folder)) for folder in sorted(run_dir.glob(PAIRS_FOLDERS)))
+
+
 def append_point(run_dir: Path, point: Point) -> None:
     """Append one point as one line, fsynced before returning; a line the disk cannot take is
     cut back off, and the space kept for it (:func:`create_run_folder`) used. Raises

@@ -94,27 +94,29 @@ def bearer_headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
-# The secrets this command was given (the API key, each secret --env value): every file
-# budgettune writes hides them wherever they appear (core/files), not only where they were typed.
-_GIVEN: set[str] = set()
+# The secrets this command was given (the API key, each secret --env value), longest first: every
+# file budgettune writes hides them wherever they appear (core/files), not only where they were
+# typed. Kept sorted here, not at each write: a results.json is written in many small pieces.
+_GIVEN: tuple[str, ...] = ()
 
 
 def register_secrets(values: Sequence[str]) -> None:
     """Add ``values`` to the secrets every written file hides (those of at least
     MIN_SECRET_CHARS characters)."""
-    _GIVEN.update(value for value in values if len(value) >= MIN_SECRET_CHARS)
+    global _GIVEN
+    kept = {*_GIVEN, *(value for value in values if len(value) >= MIN_SECRET_CHARS)}
+    _GIVEN = tuple(sorted(kept, key=len, reverse=True))
 
 
 def forget_secrets() -> None:
     """A new command starts with none (the CLI calls this first)."""
-    _GIVEN.clear()
+    global _GIVEN
+    _GIVEN = ()
 
 
 def hide_given(text: str) -> str:
     """``text`` with every registered secret written ``***``."""
-    if not _GIVEN:
-        return text
-    for value in sorted(_GIVEN, key=len, reverse=True):
+    for value in _GIVEN:
         text = text.replace(value, HIDDEN)
     return text
 

@@ -32,6 +32,7 @@ from budgettune.artifacts.runfolder import (
     POINTS_FILE,
     SETTINGS_FILE,
     load_points,
+    pair_points_count,
     read_settings_file,
 )
 from budgettune.core.errors import UserError
@@ -264,7 +265,7 @@ def sweep_input(
         settings = read_settings_file(settings_path) if settings_path.is_file() else {}
         points = load_points(run_dir)
         if not points:
-            pairs = sum(len(load_points(folder)) for folder in sorted(run_dir.glob("seqs-*")))
+            pairs = pair_points_count(run_dir)
             if pairs:  # a two-knob sweep keeps its pairs by max-num-seqs value until it ends
                 raise UserError(
                     f"report: {run_dir}: the two-knob sweep has finished {pairs} pair(s) "
